@@ -1,0 +1,1 @@
+"""taps: lossless speculative decoding with block-diffusion drafters and TAPS draft trees."""

