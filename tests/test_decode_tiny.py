@@ -1,0 +1,133 @@
+"""The engine on tiny random Llama and Qwen2 targets: exactness, boundaries, KV cache, errors."""
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from taps.decode import DecodeConfig, generate
+from taps.drafters import DRAFTERS, make_drafter
+from taps.target import Target
+
+PROMPT = [5, 17, 33, 2, 9, 41]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model(request):
+    return tiny_model(request.param)
+
+
+def hf_greedy(model, prompt, n, eos=None):
+    out = model.generate(
+        torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0,
+    )
+    return out[0, len(prompt):].tolist()
+
+
+def run(model, method, drafter, n, stop=(), budget=8, block_len=6, prompt=PROMPT, **kw):
+    target = Target(model, feature_layers=(0, 2))
+    d = make_drafter(drafter, target, block_len=block_len) if drafter else None
+    return generate(target, prompt, DecodeConfig(method=method, budget=budget, max_new_tokens=n, stop_ids=stop, **kw), d)
+
+
+@pytest.mark.parametrize("drafter", list(DRAFTERS))
+@pytest.mark.parametrize("method", ["chain", "ddtree"])
+def test_greedy_equals_transformers_generate(model, drafter, method):
+    ref = hf_greedy(model, PROMPT, 48)
+    res = run(model, method, drafter, 48)
+    assert res.token_ids == ref
+    s = res.stats
+    assert s.new_tokens == 48 and s.rounds >= 48 / 7  # many rounds, each commits <= block_len + 1
+    assert sum(a + 1 for a in s.accepted_per_round) == 48
+    if drafter == "oracle" and method == "chain":
+        assert s.tau == pytest.approx(48 / 7, rel=0.01)  # accepts all 6 drafted tokens every round
+    if drafter == "random":
+        assert s.tau < 1.3
+
+
+def test_autoregressive_is_the_same_loop_without_draft(model):
+    res = run(model, "ar", None, 20)
+    assert res.token_ids == hf_greedy(model, PROMPT, 20)
+    assert res.stats.rounds == 20 and res.stats.tree_sizes == [0] * 20 and res.stats.stage_seconds["draft"] == 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 6, 7, 8, 13])
+def test_max_new_tokens_boundary_is_exact(model, n):
+    # block_len 6: n = 7 is exactly one fully accepted oracle round, 8 spills one token over
+    res = run(model, "chain", "oracle", n)
+    assert res.token_ids == hf_greedy(model, PROMPT, n)
+
+
+@pytest.mark.parametrize("drafter", ["oracle", "noisy"])
+def test_stop_token_ends_generation_inside_an_accepted_path(model, drafter):
+    ref = hf_greedy(model, PROMPT, 30)
+    stop = ref[9]  # a token the greedy output emits (maybe earlier too): first occurrence ends it
+    expected = ref[: ref.index(stop) + 1]
+    assert hf_greedy(model, PROMPT, 30, eos=stop) == expected
+    res = run(model, "ddtree", drafter, 30, stop=(stop,))
+    assert res.token_ids == expected
+
+
+def test_context_limit_is_respected_exactly():
+    model = tiny_model("llama", max_positions=32)
+    prompt = list(range(3, 27))  # 24 tokens: 8 positions left
+    res = run(model, "chain", "oracle", 100, prompt=prompt)
+    assert len(res.token_ids) == 8
+    assert res.token_ids == hf_greedy(model, prompt, 8)
+
+
+def test_kv_cache_after_commits_equals_token_by_token_cache(model):
+    target = Target(model)
+    res = generate(target, PROMPT, DecodeConfig("ddtree", budget=8, max_new_tokens=25, stop_ids=()),
+                   make_drafter("noisy", target, block_len=5))
+    assert max(res.stats.accepted_per_round) > 0 and res.stats.rounds < 25  # real commits happened
+    committed = PROMPT + res.token_ids[:-1]  # the last token is the next root, not yet cached
+    assert target.n_cached == len(committed)
+    ref = Target(model)
+    ref.prefill([])
+    with torch.inference_mode():
+        for pos, tok in enumerate(committed):
+            model(input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[pos]]),
+                  past_key_values=ref.cache, use_cache=True)
+    for got, want in zip(target.cache.layers, ref.cache.layers):
+        assert got.keys.shape == want.keys.shape
+        torch.testing.assert_close(got.keys, want.keys, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got.values, want.values, atol=1e-4, rtol=1e-4)
+
+
+def test_features_follow_committed_tokens(model):
+    """The drafter receives exactly one feature row per committed token, root excluded."""
+    target = Target(model, feature_layers=(0, 2))
+    seen = []
+
+    class Recorder:
+        block_len, vocab_size, feature_layers = 4, target.vocab_size, (0, 2)
+
+        def start(self, prompt_ids):
+            pass
+
+        def draft(self, ids, features):
+            seen.append((len(ids), 0 if features is None else features.shape[0]))
+            assert features is None or features.shape[1] == 2 * model.config.hidden_size
+            return torch.full((4, target.vocab_size), 1.0 / target.vocab_size)
+
+    generate(target, PROMPT, DecodeConfig("chain", budget=4, max_new_tokens=10, stop_ids=()), Recorder())
+    assert seen[0] == (len(PROMPT), len(PROMPT) - 1)
+    assert sum(k for _, k in seen) + 1 == seen[-1][0]  # every committed token but the root, once
+
+
+def test_bad_inputs_give_clear_errors(model):
+    target = Target(model)
+    with pytest.raises(ValueError, match="empty"):
+        generate(target, [], DecodeConfig("ar"))
+    with pytest.raises(ValueError, match="context"):
+        generate(target, [1] * 256, DecodeConfig("ar"))
+    with pytest.raises(ValueError, match="budget"):
+        DecodeConfig("chain", budget=0)
+    with pytest.raises(ValueError, match="unknown method"):
+        DecodeConfig("nope")
+    with pytest.raises(ValueError, match="needs a drafter"):
+        generate(target, PROMPT, DecodeConfig("chain"))
+    other = Target(tiny_model("llama", vocab=50))
+    with pytest.raises(ValueError, match="another target"):
+        generate(target, PROMPT, DecodeConfig("chain"), make_drafter("random", other))
