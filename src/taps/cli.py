@@ -110,10 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from taps.assets import AssetError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, RuntimeError) as err:  # our own clear errors: print them, not a traceback
+    except (ValueError, AssetError) as err:  # our own clear errors: print them, not a traceback
         print(f"taps: error: {err}", file=sys.stderr)
         return 2
 
