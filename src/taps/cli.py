@@ -72,6 +72,30 @@ def _generate(args) -> int:
     return 0
 
 
+def _csv(kind):
+    return lambda text: tuple(kind(x) for x in text.split(",") if x)
+
+
+def _bench(args) -> int:
+    from pathlib import Path
+
+    from taps.bench import BenchConfig, format_table, run_bench, summarize, write_spec_bench_answers
+
+    cfg = BenchConfig(
+        target=args.target, drafter=args.drafter, methods=args.methods, datasets=args.datasets, limit=args.limit,
+        temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
+        seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
+    )  # fmt: skip
+    out = Path(args.out)
+    records = run_bench(cfg, out, progress=True)
+    rows = summarize(records)
+    print(format_table(rows))
+    answers = write_spec_bench_answers(records, out.with_suffix(".answers"))
+    print(f"records: {out} ({len(records)}); Spec-Bench answer files: {answers[0].parent if answers else '-'}")
+    print(json.dumps({"target": cfg.target, "results": rows}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from taps.drafters import DRAFTERS
     from taps.policies import POLICIES
@@ -106,6 +130,27 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
     g.add_argument("--prompt", required=True, help="the user message (or raw text with --no-chat-template)")
     g.set_defaults(func=_generate)
+
+    from taps.bench import PEERS
+    from taps.datasets import DATASETS
+
+    b = sub.add_parser("bench", help="run methods side by side on prompt sets; JSONL records, table, JSON summary")
+    b.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
+    b.add_argument("--drafter", choices=sorted(DRAFTERS), default=None, help="drafter of the speculative methods")
+    b.add_argument("--methods", type=_csv(str), default=("ar", "chain", "ddtree"),
+                   help=f"comma-separated, from: {', '.join([*POLICIES, *PEERS])} (default ar,chain,ddtree)")
+    b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
+    b.add_argument("--spec-bench", default=None, help="path of Spec-Bench's question.jsonl (dataset spec-bench)")
+    b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories (e.g. spec-bench's translation)")
+    b.add_argument("--limit", type=int, default=10, help="prompts per dataset, per category for spec-bench (10)")
+    b.add_argument("--temperatures", type=_csv(float), default=(0.0,), help="comma-separated (0)")
+    b.add_argument("--budgets", type=_csv(int), default=(16,), help="tree budgets of the speculative methods (16)")
+    b.add_argument("--block-len", type=int, default=15, help="positions a test drafter proposes per round (15)")
+    b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (128)")
+    b.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (default) or float32")
+    b.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every method on a prompt")
+    b.add_argument("--out", required=True, help="results JSONL; a rerun skips the records already there")
+    b.set_defaults(func=_bench)
     return p
 
 

@@ -72,16 +72,21 @@ class Target:
 
     def encode(self, text: str, chat: bool = True) -> list[int]:
         """Prompt text -> token ids, through the model's chat template unless chat=False."""
+        if not chat:
+            if self.tokenizer is None:
+                raise TargetError("this target has no tokenizer; pass token ids instead of text")
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.encode_chat([{"role": "user", "content": text}])
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """A conversation (role/content dicts, last one the user's) -> ids ready for the answer."""
         if self.tokenizer is None:
             raise TargetError("this target has no tokenizer; pass token ids instead of text")
-        if chat:
-            if self.tokenizer.chat_template is None:
-                raise TargetError("the tokenizer has no chat template; use --no-chat-template")
-            return list(self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
-                return_dict=False,
-            ))
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if self.tokenizer.chat_template is None:
+            raise TargetError("the tokenizer has no chat template; use --no-chat-template")
+        return list(self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False,
+        ))
 
     def _features(self, hidden_states) -> torch.Tensor | None:
         # hidden_states[0] is the embedding output; hidden_states[i + 1] is decoder layer i's output.
