@@ -6,6 +6,7 @@ from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import DRAFTERS, make_drafter
+from taps.policies import POLICIES
 from taps.target import Target
 
 PROMPT = [5, 17, 33, 2, 9, 41]
@@ -30,14 +31,19 @@ def run(model, method, drafter, n, stop=(), budget=8, block_len=6, prompt=PROMPT
     return generate(target, prompt, DecodeConfig(method=method, budget=budget, max_new_tokens=n, stop_ids=stop, **kw), d)
 
 
+SPECULATIVE = [name for name, policy in POLICIES.items() if policy.needs_draft]
+
+
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 @pytest.mark.parametrize("drafter", list(DRAFTERS))
-@pytest.mark.parametrize("method", ["chain", "ddtree"])
+@pytest.mark.parametrize("method", SPECULATIVE)
 def test_greedy_equals_transformers_generate(model, drafter, method):
     ref = hf_greedy(model, PROMPT, 48)
     res = run(model, method, drafter, 48)
     assert res.token_ids == ref
     s = res.stats
     assert s.new_tokens == 48 and s.rounds >= 48 / 7  # many rounds, each commits <= block_len + 1
+    assert max(s.tree_sizes) <= 8
     assert sum(a + 1 for a in s.accepted_per_round) == 48
     if drafter == "oracle" and method == "chain":
         assert s.tau == pytest.approx(48 / 7, rel=0.01)  # accepts all 6 drafted tokens every round
@@ -59,12 +65,14 @@ def test_max_new_tokens_boundary_is_exact(model, n):
 
 
 @pytest.mark.parametrize("drafter", ["oracle", "noisy"])
-def test_stop_token_ends_generation_inside_an_accepted_path(model, drafter):
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("method", ["ddtree", "taps"])
+def test_stop_token_ends_generation_inside_an_accepted_path(model, drafter, method):
     ref = hf_greedy(model, PROMPT, 30)
     stop = ref[9]  # a token the greedy output emits (maybe earlier too): first occurrence ends it
     expected = ref[: ref.index(stop) + 1]
     assert hf_greedy(model, PROMPT, 30, eos=stop) == expected
-    res = run(model, "ddtree", drafter, 30, stop=(stop,))
+    res = run(model, method, drafter, 30, stop=(stop,))
     assert res.token_ids == expected
 
 

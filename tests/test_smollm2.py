@@ -35,7 +35,8 @@ def references(target):
 
 
 @pytest.mark.parametrize("drafter", ["oracle", "noisy", "random"])
-@pytest.mark.parametrize("method", ["chain", "ddtree"])
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
 def test_greedy_equals_transformers_generate(target, references, drafter, method):
     d = make_drafter(drafter, target, block_len=7)
     for text, (ids, ref) in references.items():

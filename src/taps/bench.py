@@ -22,8 +22,10 @@ import transformers
 
 from taps.datasets import Prompt, load_prompts
 from taps.decode import DecodeConfig, generate
-from taps.drafters import make_drafter
-from taps.policies import POLICIES
+from taps.drafters import drafter_feature_layers, make_drafter
+from taps.costmodel import LatencyProfile, saved_profile
+from taps.policies import POLICIES, configure_policy
+from taps.scorer import EdgeScorer
 from taps.target import Target
 from taps.verify import SamplingConfig
 
@@ -46,7 +48,10 @@ class BenchConfig:
     spec_bench: str | None = None  # path of Spec-Bench's question.jsonl (for dataset spec-bench)
     categories: tuple[str, ...] = ()  # keep only these categories (empty = all)
     assistant: str = "qwen2.5-coder-0.5b"  # assistant model of the hf-assisted peer
-    block_len: int = 15  # positions the test drafters propose
+    block_len: int | None = None  # positions a test drafter proposes (None: 15)
+    profile: str | None = None  # latency profile JSON (default: the one `taps profile` saved for target/dtype)
+    scorer: str | None = None  # trained TAPS edge scorer folder (default: plain marginals)
+    lookup: bool = True  # taps: n-gram lookup candidates join the pool
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -85,8 +90,11 @@ class Session:
 
         self.cfg = cfg
         model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
-        self.target = Target(model, tokenizer)
+        self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
         self.drafter = make_drafter(cfg.drafter, self.target, block_len=cfg.block_len) if cfg.drafter else None
+        profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
+        scorer = EdgeScorer.load(cfg.scorer) if cfg.scorer else None
+        self.selectors = {m: configure_policy(m, profile=profile, scorer=scorer) for m in cfg.methods if m in POLICIES}
         self._assistant = None
 
     @property
@@ -118,10 +126,10 @@ def _conversation(session: Session, prompt: Prompt, answer: Callable[[list[int]]
 
 def run_policy(session: Session, prompt: Prompt, method: str, budget: int | None, temperature: float, seed: int, max_new: int) -> Run:
     cfg = DecodeConfig(method=method, budget=budget or 1, max_new_tokens=max_new,
-                       sampling=SamplingConfig(temperature), seed=seed)  # fmt: skip
+                       sampling=SamplingConfig(temperature), seed=seed, lookup=session.cfg.lookup)  # fmt: skip
 
     def answer(ids):
-        res = generate(session.target, ids, cfg, session.drafter)
+        res = generate(session.target, ids, cfg, session.drafter, session.selectors[method])
         return res.token_ids, res.stats.seconds, res.stats
 
     ids, texts, secs, stats = _conversation(session, prompt, answer)
@@ -181,7 +189,7 @@ def read_records(path: Path) -> list[dict]:
     if not path.exists():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().splitlines():  # bytes: a line that is not UTF-8 fails alone, in json.loads
         try:
             rec = json.loads(line)
         except ValueError:
@@ -196,8 +204,8 @@ def record_key(rec: dict) -> tuple:
 
 
 def append_record(path: Path, rec: dict) -> None:
-    """Append one record durably. A torn tail from an earlier crash is cut off first, so the
-    new record always starts on its own line."""
+    """Append one record durably. A torn tail from an earlier crash is ended with a newline first
+    (read_records skips it), so the new record always starts on its own line."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as f:
         f.seek(0, os.SEEK_END)

@@ -30,11 +30,23 @@ def _models(args) -> int:
     return 0
 
 
+def _policy_options(args) -> dict:
+    """Options of the configurable policies: the latency profile (given, else the one saved by
+    `taps profile` for this target and dtype, else the policy warns and uses its stated default)
+    and the trained edge scorer."""
+    from taps.costmodel import LatencyProfile, saved_profile
+    from taps.scorer import EdgeScorer
+
+    profile = LatencyProfile.load(args.profile) if args.profile else saved_profile(args.target, args.dtype)
+    scorer = EdgeScorer.load(args.scorer) if args.scorer else None
+    return {"profile": profile, "scorer": scorer}
+
+
 def _generate(args) -> int:
     from taps.assets import load_model
     from taps.decode import DecodeConfig, generate
-    from taps.drafters import make_drafter
-    from taps.policies import get_policy
+    from taps.drafters import drafter_feature_layers, make_drafter
+    from taps.policies import configure_policy, get_policy
     from taps.target import Target
     from taps.verify import SamplingConfig
 
@@ -44,16 +56,18 @@ def _generate(args) -> int:
         max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
         seed=args.seed,
+        lookup=not args.no_lookup,
     )
+    select = configure_policy(args.method, **_policy_options(args))
     needs_draft = get_policy(args.method).needs_draft
     if needs_draft and args.drafter is None:
         raise SystemExit(f"method {args.method!r} needs --drafter (e.g. oracle, noisy, random)")
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
-    target = Target(model, tokenizer)
+    target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if needs_draft else ())
     drafter = make_drafter(args.drafter, target, block_len=args.block_len) if needs_draft else None
     prompt_ids = target.encode(args.prompt, chat=not args.no_chat_template)
-    result = generate(target, prompt_ids, cfg, drafter)
+    result = generate(target, prompt_ids, cfg, drafter, select)
     s = result.stats
     if args.json:
         record = result.to_dict()
@@ -85,6 +99,7 @@ def _bench(args) -> int:
         target=args.target, drafter=args.drafter, methods=args.methods, datasets=args.datasets, limit=args.limit,
         temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
+        profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup,
     )  # fmt: skip
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
@@ -94,6 +109,200 @@ def _bench(args) -> int:
     print(f"records: {out} ({len(records)}); Spec-Bench answer files: {answers[0].parent if answers else '-'}")
     print(json.dumps({"target": cfg.target, "results": rows}))
     return 0
+
+
+def _report(args) -> int:
+    from pathlib import Path
+
+    from taps.bench import read_records
+    from taps.report import write_report
+
+    records = read_records(Path(args.results))
+    if not records:
+        raise ValueError(f"no benchmark records in {args.results}")
+    print(write_report(records, Path(args.out)))
+    return 0
+
+
+def _add_policy_options(p) -> None:
+    p.add_argument("--profile", default=None,
+                   help="latency profile JSON for cost-aware/taps (default: the one `taps profile` saved for "
+                        "this target and dtype; without one they warn and use a stated default)")
+    p.add_argument("--scorer", default=None, help="trained TAPS edge scorer folder (default: plain marginals)")
+    p.add_argument("--no-lookup", action="store_true", help="taps: no n-gram lookup candidates in the pool")
+
+
+def _profile(args) -> int:
+    from pathlib import Path
+
+    from taps.assets import load_model
+    from taps.costmodel import measure_profile, profile_path
+    from taps.drafters import drafter_feature_layers, make_drafter
+    from taps.target import Target
+
+    model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
+    target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if args.drafter else ())
+    drafter = make_drafter(args.drafter, target) if args.drafter else None
+    profile = measure_profile(target, drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
+    out = Path(args.out) if args.out else profile_path(args.target, args.dtype)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    profile.save(out)
+    print(f"{'nodes':>6s} {'t_verify ms':>12s}")
+    for n, t in zip(profile.sizes, profile.fitted_seconds):
+        print(f"{n:6d} {1000 * t:12.1f}")
+    print(f"t_draft {1000 * profile.draft_seconds:.1f} ms; saved {out}")
+    return 0
+
+
+def _gen_data(args) -> int:
+    from taps.train.data import append_text_sequences, generate_data
+
+    result = generate_data(args.target, args.out, args.prompts, max_new_tokens=args.max_new_tokens,
+                           batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True)
+    print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} generated now), "
+          f"{result.tokens} tokens")
+    if args.text_tokens:
+        from transformers import AutoTokenizer
+
+        from taps.assets import resolve
+
+        added = append_text_sequences(args.out, AutoTokenizer.from_pretrained(resolve(args.target)),
+                                      args.text_tokens, args.text_seq_len, args.seed)
+        print(f"{result.path}: {added} stdlib text sequences added")
+    return 0
+
+
+def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
+    """Special or added tokens that a chat never uses (not bos/eos/pad/unk, not in a rendered
+    conversation): candidates for a drafter's mask token."""
+    ids = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    reserved = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
+    used: set[int] = set()
+    if tokenizer.chat_template is not None:
+        conversation = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                        {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+        try:
+            used = set(tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False))
+        except Exception:  # a template that refuses a system turn, say: fall back to one user turn
+            used = set(tokenizer.apply_chat_template(conversation[1:2], add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False))
+    return [(i, tokenizer.convert_ids_to_tokens(i)) for i in sorted(ids - reserved - used)][:limit]
+
+
+TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every field has an option)
+    "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
+    "block_size": "root + drafted slots per block (published: 16)",
+    "target_layer_ids": "comma-separated target layers read (default: one per drafter layer, spread from 1 to L-3)",
+    "draft_vocab_size": "score only the N most frequent tokens of the training data (default: all)",
+    "anchors_per_sequence": "blocks per sequence per step (published: up to 512)",
+    "max_seq_len": "longer sequences are cut to their first N tokens",
+    "sequences_per_step": "sequences whose gradients add up before one optimizer step",
+    "epochs": "passes over the training sequences (published: 6)",
+    "lr": "peak AdamW learning rate (published: 6e-4)",
+    "warmup_fraction": "share of all steps spent warming the learning rate up (published: 0.04)",
+    "weight_decay": "AdamW weight decay",
+    "grad_clip": "gradient-norm clip (published: 1.0)",
+    "gamma": "slot-weight decay exp(-(k-1)/gamma) (default: 7, 5, 4 for blocks of 16, 10, 8)",
+    "soft_label_weight": "share of the loss given to KL(target top-k || drafter); 0: hard labels only",
+    "soft_label_top_k": "tokens of the target's distribution kept for soft labels",
+    "eval_sequences": "sequences held out to measure loss and per-slot accuracy",
+    "eval_every": "optimizer steps between evaluations (each appends a line to log.jsonl)",
+    "save_every": "optimizer steps between resumable checkpoints",
+    "stop_after_steps": "end this run at this step (the schedule still spans all epochs); rerun to resume",
+    "dtype": "the target's weights and the drafter's compute: float32 or bfloat16",
+    "seed": "drafter init, held-out split, data order and anchors",
+}
+TRAIN_REQUIRED = ("target", "data", "out", "mask_token_id", "progress")  # options of their own
+
+
+def _train_drafter(args) -> int:
+    from pathlib import Path
+
+    from taps.train.drafter import LOG_FILE, TrainDrafterConfig, train_drafter
+
+    if args.mask_token_id is None:
+        from transformers import AutoTokenizer
+
+        from taps.assets import resolve
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve(args.target))
+        listing = ", ".join(f"{i} {tok!r}" for i, tok in mask_token_candidates(tokenizer)) or "none found"
+        raise ValueError(
+            "--mask-token-id is required: the drafter's block filler, a token the target never needs "
+            f"(never pad or eos). Unused special tokens of {args.target}'s tokenizer: {listing}"
+        )
+    fields = {name: getattr(args, name) for name in TRAIN_HELP}
+    cfg = TrainDrafterConfig(target=args.target, data=args.data, out=args.out, mask_token_id=args.mask_token_id,
+                             progress=not args.no_progress, **fields)
+    if args.prompts is not None:
+        from taps.train.data import generate_data
+
+        # resumable and a no-op once complete: the data are generated once and reused after
+        result = generate_data(args.target, args.data, args.prompts, max_new_tokens=args.gen_max_new_tokens,
+                               batch_size=args.gen_batch_size, dtype=args.gen_dtype, seed=args.gen_seed,
+                               progress=not args.no_progress)
+        if result.generated:
+            print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} now), {result.tokens} tokens")
+    elif not Path(args.data).is_file():
+        raise ValueError(f"no data file {args.data}; make it with `taps gen-data` or pass --prompts N")
+    result = train_drafter(cfg)
+    print(f"drafter saved in {result.drafter_dir} (step {result.step} of {result.total_steps})")
+    if result.step < result.total_steps:
+        print("stopped early: rerun the same command to resume")
+    log = Path(args.out) / LOG_FILE
+    lines = [line for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    evals = [line for line in lines if "eval_loss" in json.loads(line)]
+    print(f"last evaluation: {evals[-1] if evals else (lines[-1] if lines else '-')}")
+    return 0
+
+
+def _add_gen_data(sub) -> None:
+    from taps.train.drafter import DTYPES as TRAIN_DTYPES
+
+    d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
+    d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
+    d.add_argument("--out", required=True, help="JSONL file of {prompt_index, prompt, ids, n_prompt}; a rerun resumes")
+    d.add_argument("--prompts", type=int, required=True, help="training prompts to answer (a larger N later adds more)")
+    d.add_argument("--max-new-tokens", type=int, default=256, help="longest answer (256)")
+    d.add_argument("--batch-size", type=int, default=8, help="prompts per left-padded generate call (8)")
+    d.add_argument("--dtype", choices=list(TRAIN_DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
+    d.add_argument("--seed", type=int, default=0, help="which training prompts, in which order (0)")
+    d.add_argument("--text-tokens", type=int, default=0, help="also add N tokens of raw stdlib source (0)")
+    d.add_argument("--text-seq-len", type=int, default=512, help="tokens per stdlib text sequence (512)")
+    d.set_defaults(func=_gen_data)
+
+
+def _add_train_drafter(sub) -> None:
+    import dataclasses
+
+    from taps.train.drafter import DTYPES as TRAIN_DTYPES
+    from taps.train.drafter import TrainDrafterConfig
+
+    t = sub.add_parser("train-drafter", help="train (or resume) a DFlash drafter for a target on JSONL data")
+    t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
+    t.add_argument("--data", required=True, help='JSONL of {"ids": [...]} records (from `taps gen-data`)')
+    t.add_argument("--out", required=True, help="run folder: state.pt (resume), drafter/, log.jsonl")
+    t.add_argument("--mask-token-id", type=int, default=None,
+                   help="block filler token id: an unused special token (required; omit it to see candidates)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t.add_argument("--prompts", type=int, default=None,
+                   help="first run `gen-data` for N prompts into --data (resumed, then reused)")
+    t.add_argument("--gen-max-new-tokens", type=int, default=256, help="with --prompts: longest answer (256)")
+    t.add_argument("--gen-batch-size", type=int, default=8, help="with --prompts: prompts per generate call (8)")
+    t.add_argument("--gen-dtype", choices=list(TRAIN_DTYPES), default="float32", help="with --prompts: float32 or bfloat16")
+    t.add_argument("--gen-seed", type=int, default=0, help="with --prompts: which training prompts (0)")
+    optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
+    optional_float = lambda text: None if text.lower() == "none" else float(text)  # noqa: E731
+    for f in dataclasses.fields(TrainDrafterConfig):
+        if f.name in TRAIN_REQUIRED:
+            continue
+        kind = {"int": int, "float": float, "str": str, "int | None": optional_int, "float | None": optional_float,
+                "tuple[int, ...] | None": _csv(int)}[str(f.type)]
+        extra = {"choices": list(TRAIN_DTYPES)} if f.name == "dtype" else {}
+        text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
+        t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
+    t.set_defaults(func=_train_drafter)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,15 +320,15 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text for one prompt and print speculation stats")
     g.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
     g.add_argument(
-        "--drafter", choices=sorted(DRAFTERS), default=None,
-        help="; ".join(f"{k}: {v.doc}" for k, v in DRAFTERS.items()),
+        "--drafter", default=None,
+        help="a trained drafter folder, or a test drafter: " + "; ".join(f"{k}: {v.doc}" for k, v in DRAFTERS.items()),
     )
     g.add_argument(
         "--method", choices=list(POLICIES), default="chain",
         help="; ".join(f"{k}: {v.doc}" for k, v in POLICIES.items()),
     )
     g.add_argument("--budget", type=int, default=16, help="most drafted nodes per verification (default 16)")
-    g.add_argument("--block-len", type=int, default=15, help="positions a test drafter proposes per round (default 15)")
+    g.add_argument("--block-len", type=int, default=None, help="positions a test drafter proposes per round (15)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     g.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens; 0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold; 1 = off")
@@ -129,14 +338,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seeds sampling and the test drafters (default 0)")
     g.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
     g.add_argument("--prompt", required=True, help="the user message (or raw text with --no-chat-template)")
+    _add_policy_options(g)
     g.set_defaults(func=_generate)
+
+    pr = sub.add_parser("profile", help="measure verification latency t(n) and drafting cost on this machine")
+    pr.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
+    pr.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (default) or float32")
+    pr.add_argument("--drafter", default=None, help="also time this drafter's draft call (folder or test name)")
+    pr.add_argument("--sizes", type=_csv(int), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
+                    help="tree sizes (drafted nodes) to time")
+    pr.add_argument("--contexts", type=_csv(int), default=(128, 512), help="context lengths to time them at")
+    pr.add_argument("--repeats", type=int, default=5, help="timed runs per point; the median is kept (5)")
+    pr.add_argument("--out", default=None, help="where to save (default: the path generate and bench look in)")
+    pr.set_defaults(func=_profile)
 
     from taps.bench import PEERS
     from taps.datasets import DATASETS
 
     b = sub.add_parser("bench", help="run methods side by side on prompt sets; JSONL records, table, JSON summary")
     b.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
-    b.add_argument("--drafter", choices=sorted(DRAFTERS), default=None, help="drafter of the speculative methods")
+    b.add_argument("--drafter", default=None, help="drafter of the speculative methods: a folder or a test drafter name")
     b.add_argument("--methods", type=_csv(str), default=("ar", "chain", "ddtree"),
                    help=f"comma-separated, from: {', '.join([*POLICIES, *PEERS])} (default ar,chain,ddtree)")
     b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
@@ -145,12 +366,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, default=10, help="prompts per dataset, per category for spec-bench (10)")
     b.add_argument("--temperatures", type=_csv(float), default=(0.0,), help="comma-separated (0)")
     b.add_argument("--budgets", type=_csv(int), default=(16,), help="tree budgets of the speculative methods (16)")
-    b.add_argument("--block-len", type=int, default=15, help="positions a test drafter proposes per round (15)")
+    b.add_argument("--block-len", type=int, default=None, help="positions a test drafter proposes per round (15)")
     b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (128)")
     b.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (default) or float32")
     b.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every method on a prompt")
     b.add_argument("--out", required=True, help="results JSONL; a rerun skips the records already there")
+    _add_policy_options(b)
     b.set_defaults(func=_bench)
+
+    r = sub.add_parser("report", help="markdown table and plots from a bench results JSONL")
+    r.add_argument("results", help="the JSONL written by taps bench")
+    r.add_argument("--out", required=True, help="folder for report.md and the PNG plots")
+    r.set_defaults(func=_report)
+
+    _add_gen_data(sub)
+    _add_train_drafter(sub)
     return p
 
 

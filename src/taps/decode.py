@@ -13,7 +13,8 @@ from typing import Sequence
 import torch
 
 from taps.drafters import Drafter
-from taps.policies import get_policy
+from taps.lookup import ngram_continuations
+from taps.policies import CandidatePath, PolicyFn, get_policy
 from taps.target import Target
 from taps.tree import Tree
 from taps.verify import SamplingConfig, verify
@@ -29,6 +30,7 @@ class DecodeConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # temperature, top-k, top-p
     stop_ids: tuple[int, ...] | None = None  # stop after any of these; None = the model's EOS ids
     seed: int = 0  # seeds the target's draws at temperature > 0
+    lookup: bool = True  # policies that take extra candidates (taps): add n-gram continuations of the context
 
     def __post_init__(self):
         get_policy(self.method)  # unknown names fail here, with the list of known ones
@@ -121,8 +123,18 @@ def check_drafter(target: Target, drafter: Drafter) -> None:
         raise ValueError(f"the drafter reads target layers {sorted(missing)} that the target does not expose")
 
 
-def generate(target: Target, prompt_ids: Sequence[int], cfg: DecodeConfig, drafter: Drafter | None = None) -> GenerationResult:
+def generate(
+    target: Target,
+    prompt_ids: Sequence[int],
+    cfg: DecodeConfig,
+    drafter: Drafter | None = None,
+    select: PolicyFn | None = None,
+) -> GenerationResult:
+    """Decode `prompt_ids` with `cfg.method`; `select` is that policy configured with options
+    (`POLICIES[name].configure(profile=..., scorer=...)`), default: its plain `select`."""
     policy = get_policy(cfg.method)
+    select = select or policy.select
+    lookup = cfg.lookup and policy.accepts_paths
     check_prompt(target, prompt_ids)
     if policy.needs_draft:
         if drafter is None:
@@ -152,7 +164,8 @@ def generate(target: Target, prompt_ids: Sequence[int], cfg: DecodeConfig, draft
         if policy.needs_draft and remaining > 1:
             marginals = drafter.draft(ids, features)[: remaining - 1]  # [depth, vocab]
             t1 = clock()
-            tree = policy.select(marginals, ids[-1], cfg.budget)
+            extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if lookup else {}
+            tree = select(marginals, ids[-1], cfg.budget, **extra)
         t2 = clock()
         out = target.forward_tree(tree)
         verdict = verify(tree, out.logits, cfg.sampling, gen)

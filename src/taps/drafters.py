@@ -11,10 +11,13 @@ The test drafters below exercise the engine with known acceptance: `oracle` acce
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import torch
+
+from transformers import DynamicCache
 
 from taps.target import Target
 
@@ -33,55 +36,61 @@ class Drafter(Protocol):
 
 class OracleDrafter:
     """Puts the target's own greedy continuation first: its marginals are the target's own
-    next-token distributions along its greedy path, computed with transformers' `generate`.
+    next-token distributions along its greedy path.
 
-    It keeps that reference continuation and only regenerates when the committed text leaves
-    it (always at temperature 0 in float32; at temperature > 0 after a sampled divergence).
-    The cost of generating shows in the `draft` stage time: this drafter is for testing the
-    engine, not for speed.
+    It decodes that path itself, one token per forward with its own KV cache (the numerics of
+    plain decoding), and reuses both the cache and the path while the committed text follows
+    them; a round that commits k tokens then costs about k one-token forwards. That cost shows
+    in the `draft` stage time: this drafter is for testing the engine, not for speed.
     """
 
     feature_layers: tuple[int, ...] = ()
 
-    def __init__(self, target: Target, block_len: int = 15, horizon: int = 64):
+    def __init__(self, target: Target, block_len: int = 15):
         self.model = target.model
         self.block_len = block_len
         self.vocab_size = target.vocab_size
-        self.horizon = max(horizon, block_len)
         self.max_positions = target.max_positions
-        self.ref: list[int] = []  # context + greedy continuation
-        self.ref_logits: torch.Tensor = torch.empty(0)  # [len(ref) - start, vocab]: logits for ref[start + i]
-        self.ref_start = 0
+        self.cache = DynamicCache(config=self.model.config)
+        self.path: list[int] = []  # tokens whose K/V are in self.cache: context, then greedy tokens
+        self.rows: dict[int, torch.Tensor] = {}  # position i -> [vocab] logits for the token after path[i]
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        """Nothing to forget: the reference is reused whenever the new context is a prefix of it."""
+        """Nothing to forget: the cached path is reused whenever the new context follows it."""
 
     @torch.inference_mode()
-    def _regenerate(self, ids: list[int]) -> None:
-        n_new = min(self.horizon, self.max_positions - len(ids))
-        out = self.model.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=n_new,
-            min_new_tokens=n_new,  # keep going past EOS: the draft only needs plausible rows
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
+    def _feed(self, tokens: list[int]) -> None:
+        pos = len(self.path)
+        out = self.model(
+            input_ids=torch.tensor([tokens]),
+            position_ids=torch.arange(pos, pos + len(tokens))[None],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
-        self.ref = out.sequences[0].tolist()
-        self.ref_start = len(ids)
-        self.ref_logits = torch.cat(out.logits, dim=0).float()  # [n_new, vocab]
+        self.path += tokens
+        self.rows[len(self.path) - 1] = out.logits[0, -1].float()
 
     def oracle_logits(self, ids: Sequence[int]) -> torch.Tensor:
         """[<= L, vocab] target logits along the greedy continuation of ids."""
         ids = list(ids)
         n = len(ids)
-        fits = self.ref_start <= n and self.ref[:n] == ids and len(self.ref) >= min(n + self.block_len, self.max_positions)
-        if not fits:
-            self._regenerate(ids)
-        offset = n - self.ref_start
-        return self.ref_logits[offset : offset + self.block_len]
+        depth = min(self.block_len, self.max_positions - n)
+        wanted = range(n - 1, n - 1 + depth)  # logits after the root and after each greedy token
+        if self.path[:n] != ids or any(i not in self.rows for i in wanted):
+            common = 0
+            for a, b in zip(self.path, ids[:-1]):  # the root is always re-fed: its row is needed
+                if a != b:
+                    break
+                common += 1
+            self.cache.crop(common)
+            self.path = self.path[:common]
+            self.rows = {i: r for i, r in self.rows.items() if i < common}
+            self._feed(ids[common:])
+            while len(self.path) < n - 1 + depth:
+                self._feed([int(self.rows[len(self.path) - 1].argmax())])
+        self.rows = {i: r for i, r in self.rows.items() if i >= n - 1}  # older rows are never asked again
+        return torch.stack([self.rows[i] for i in wanted])
 
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
         return torch.softmax(self.oracle_logits(ids), dim=-1)
@@ -135,7 +144,31 @@ DRAFTERS: dict[str, DrafterEntry] = {
 }
 
 
-def make_drafter(name: str, target: Target, **kwargs) -> Drafter:
-    if name not in DRAFTERS:
-        raise ValueError(f"unknown drafter {name!r}; choose one of {', '.join(DRAFTERS)}")
-    return DRAFTERS[name].build(target, **kwargs)
+def drafter_feature_layers(name: str) -> tuple[int, ...]:
+    """The target layers a drafter reads, known before the target adapter is built (a trained
+    drafter's folder says which; the test drafters read none)."""
+    if name in DRAFTERS:
+        return ()
+    from taps.dflash import drafter_feature_layers as folder_layers
+
+    _check_name(name)
+    return tuple(folder_layers(name))
+
+
+def _check_name(name: str) -> None:
+    if not os.path.isdir(name):
+        raise ValueError(f"unknown drafter {name!r}: give a drafter folder or one of {', '.join(DRAFTERS)}")
+
+
+def make_drafter(name: str, target: Target, block_len: int | None = None) -> Drafter:
+    """A test drafter by name, or a trained DFlash drafter from its folder (config.json +
+    model.safetensors). `block_len` sets a test drafter's L; a trained drafter has its own."""
+    if name in DRAFTERS:
+        return DRAFTERS[name].build(target, **({} if block_len is None else {"block_len": block_len}))
+    _check_name(name)
+    from taps.dflash import load_drafter
+
+    drafter = load_drafter(name, target)
+    if block_len is not None and block_len != drafter.block_len:
+        raise ValueError(f"the drafter in {name} proposes {drafter.block_len} positions, not {block_len}")
+    return drafter

@@ -1,0 +1,291 @@
+"""Profiled latency of one round (method.md 3.3 and section 5): t_verify(n) and t_draft.
+
+`t_verify(n)` is the time of one target forward over a tree of n drafted nodes (the root is
+not counted, so n = 0 is plain autoregressive decoding); `t_draft` is one drafter call. The
+cost-aware policies pick the tree size n that maximises expected committed tokens per second,
+`(1 + expected accepted(n)) / (t_draft + t_verify(n))`, so the curve must come from the machine
+in use: `measure_profile` times a `Target`, `save`/`load` keep the result as JSON.
+
+The measured points are fitted by isotonic regression (a bigger tree never verifies faster),
+interpolated piecewise-linearly, held flat below the first point and extrapolated linearly past
+the last one with the slope of the last rising segment.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+
+from taps.tree import Tree
+
+if TYPE_CHECKING:  # only the interface is used: this module sits below the target adapter
+    from taps.target import Target
+
+FORMAT = "taps-latency-profile"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    """Where and how a profile was measured (or, for the default, where its numbers come from)."""
+
+    target: str  # model name or folder whose forwards were timed
+    dtype: str  # the target's dtype, e.g. "bfloat16"
+    cpu: str  # processor model
+    torch: str  # torch version
+    threads: int  # torch intra-op threads during the measurement
+    context_lengths: tuple[int, ...]  # cached tokens before the tree, one series per length
+    repeats: int  # timed forwards per point (the median is kept)
+    verify_by_context: tuple[tuple[float, ...], ...] = ()  # [context, size] median seconds; the curve is their mean
+    note: str = ""  # free text: provenance, what was not measured
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    sizes: tuple[int, ...]  # drafted nodes n of each measured tree (root excluded), strictly increasing
+    verify_seconds: tuple[float, ...]  # measured t_verify at each size, before the monotone fit
+    draft_seconds: float  # t_draft: one drafter call (0 when no drafter was measured)
+    info: ProfileInfo  # provenance of the numbers
+
+    def __post_init__(self):
+        object.__setattr__(self, "sizes", tuple(int(n) for n in self.sizes))
+        object.__setattr__(self, "verify_seconds", tuple(float(t) for t in self.verify_seconds))
+        if not self.sizes or len(self.sizes) != len(self.verify_seconds):
+            raise ValueError("a latency profile needs one verify time per size, and at least one size")
+        if self.sizes[0] < 0 or any(a >= b for a, b in zip(self.sizes, self.sizes[1:])):
+            raise ValueError(f"sizes must be >= 0 and strictly increasing, got {self.sizes}")
+        if not all(np.isfinite(t) and t > 0 for t in self.verify_seconds):
+            raise ValueError(f"verify times must be finite and > 0 seconds, got {self.verify_seconds}")
+        if not (np.isfinite(self.draft_seconds) and self.draft_seconds >= 0):
+            raise ValueError(f"draft_seconds must be finite and >= 0, got {self.draft_seconds}")
+
+    @cached_property
+    def fitted_seconds(self) -> tuple[float, ...]:
+        """The measured verify times made non-decreasing in n (isotonic regression, pool adjacent violators)."""
+        blocks: list[list[float]] = []  # [sum, count] of each pooled run of points
+        for t in self.verify_seconds:
+            blocks.append([t, 1])
+            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+                total, count = blocks.pop()
+                blocks[-1][0] += total
+                blocks[-1][1] += count
+        return tuple(total / count for total, count in blocks for _ in range(int(count)))
+
+    @cached_property
+    def _tail_slope(self) -> float:
+        """Seconds per node past the last size: the slope of the last rising segment of the fit."""
+        fit = self.fitted_seconds
+        rising = [j for j in range(len(fit) - 1) if fit[j] < fit[-1]]
+        if not rising:
+            return 0.0
+        j = rising[-1]
+        return (fit[-1] - fit[j]) / (self.sizes[-1] - self.sizes[j])
+
+    def verify_curve(self, n_max: int) -> torch.Tensor:
+        """[n_max + 1] float64: t_verify(0), ..., t_verify(n_max) in seconds."""
+        if n_max < 0:
+            raise ValueError(f"n_max must be >= 0, got {n_max}")
+        n = np.arange(n_max + 1, dtype=np.float64)
+        t = np.interp(n, self.sizes, self.fitted_seconds)  # flat below the first size
+        past = n > self.sizes[-1]
+        t[past] = self.fitted_seconds[-1] + self._tail_slope * (n[past] - self.sizes[-1])
+        return torch.from_numpy(t)
+
+    def t_verify(self, n: int) -> float:
+        """Seconds to verify a tree of n drafted nodes."""
+        return float(self.verify_curve(n)[n])
+
+    def best_size(self, gains: Sequence[float] | torch.Tensor) -> int:
+        """The n in 0..len(gains) maximising (1 + sum(gains[:n])) / (t_draft + t_verify(n)).
+
+        gains[i] = the probability that the (i+1)-th node of a prefix-closed admission order is
+        accepted, so the numerator is the expected tokens committed by the round (method.md 3.3).
+        Ties go to the smaller tree.
+        """
+        g = torch.as_tensor(gains, dtype=torch.float64)  # [B]
+        committed = 1 + torch.cat([g.new_zeros(1), g.cumsum(0)])  # [B + 1]
+        seconds = self.draft_seconds + self.verify_curve(g.shape[0])  # [B + 1]
+        return int((committed / seconds).argmax())
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "sizes": list(self.sizes),
+            "verify_seconds": list(self.verify_seconds),
+            "draft_seconds": self.draft_seconds,
+            "info": asdict(self.info),
+        }
+
+    @staticmethod
+    def from_dict(d: dict) -> "LatencyProfile":
+        if d.get("format") != FORMAT or d.get("version") != VERSION:
+            raise ValueError(
+                f"not a {FORMAT} v{VERSION} document (format={d.get('format')!r}, version={d.get('version')!r})"
+            )
+        info = dict(d["info"])
+        info["context_lengths"] = tuple(info["context_lengths"])
+        info["verify_by_context"] = tuple(tuple(row) for row in info["verify_by_context"])
+        return LatencyProfile(
+            tuple(d["sizes"]), tuple(d["verify_seconds"]), float(d["draft_seconds"]), ProfileInfo(**info)
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @staticmethod
+    def load(path: str | Path) -> "LatencyProfile":
+        return LatencyProfile.from_dict(json.loads(Path(path).read_text()))
+
+
+# assets.md, "What a forward costs on this CPU", row SmolLM2-135M bf16: milliseconds per target
+# forward of k new tokens with 256 cached tokens (median of 5). A tree of n drafted nodes is
+# n + 1 new tokens (the root too), so the table's k = 1, 4, ..., 128 are n = 0, 3, ..., 127.
+_ASSETS_SMOLLM2_BF16_MS = {1: 36.9, 4: 37.6, 8: 42.2, 16: 48.7, 32: 64.3, 64: 97.5, 128: 161.0}
+
+
+def default_profile() -> LatencyProfile:
+    """The stated default when no profile was measured: SmolLM2-135M in bf16 on the 2-core
+    AVX-512 CPU of assets.md, t_verify from its table. No drafter was measured there, so
+    t_draft is ASSUMED equal to one single-token target forward (36.9 ms): on this CPU a small
+    forward costs mostly per-call overhead and the LM head. Measure your own with
+    `measure_profile` for any other target, dtype, drafter or machine.
+    """
+    sizes = tuple(k - 1 for k in _ASSETS_SMOLLM2_BF16_MS)
+    seconds = tuple(ms / 1000 for ms in _ASSETS_SMOLLM2_BF16_MS.values())
+    info = ProfileInfo(
+        target="SmolLM2-135M-Instruct",
+        dtype="bfloat16",
+        cpu="2-core AVX-512 (bf16) CPU of assets.md",
+        torch="2.13.0",
+        threads=2,
+        context_lengths=(256,),
+        repeats=5,
+        verify_by_context=(seconds,),
+        note="t_verify from the SmolLM2-135M bf16 row of assets.md; t_draft assumed = t_verify(0), no drafter measured",
+    )
+    return LatencyProfile(sizes, seconds, seconds[0], info)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def random_tree(n: int, root: int, vocab: int, gen: torch.Generator) -> Tree:
+    """A tree of n drafted nodes with random tokens; node i's parent is uniform over earlier nodes."""
+    tokens = torch.randint(vocab, (n + 1,), generator=gen).tolist()
+    tokens[0] = root
+    parents = [-1] + [int(torch.randint(i, (1,), generator=gen)) for i in range(1, n + 1)]
+    return Tree.from_lists(tokens, parents)
+
+
+def _median_verify_seconds(target: Target, tree: Tree, repeats: int, warmup: int) -> float:
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        target.forward_tree(tree)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+        target.commit([], tree.n_nodes)  # drop the tree's entries: the context is unchanged
+    return statistics.median(times)
+
+
+def measure_profile(
+    target: Target,
+    drafter=None,
+    sizes: Sequence[int] = (0, 3, 7, 15, 31, 63),
+    context_lengths: Sequence[int] = (128, 512),
+    repeats: int = 5,
+    warmup: int = 1,
+    seed: int = 0,
+) -> LatencyProfile:
+    """Time `target.forward_tree` on random trees of each size after a random context of each
+    length (median of `repeats` after `warmup` untimed runs), and the drafter's `draft` call in
+    a steady-state round at each context length. The curve's points are the mean over context
+    lengths. Without a drafter, t_draft is 0 and the profile's note says so.
+
+    Model-agnostic: it only uses the `Target` interface (prefill, forward_tree, commit) and the
+    `Drafter` protocol (start, draft). It leaves a random context in the target's cache and
+    the drafter's state: call `prefill` / `start` again before decoding.
+    """
+    sizes, context_lengths = tuple(sizes), tuple(context_lengths)
+    if not sizes or not context_lengths or repeats < 1 or warmup < 0:
+        raise ValueError("measure_profile needs sizes, context lengths, repeats >= 1 and warmup >= 0")
+    # the deepest random tree is a chain of max(sizes); the drafter's rounds add warmup + repeats tokens
+    longest = max(context_lengths) + max(max(sizes), warmup + repeats) + 1
+    if min(context_lengths) < 1 or longest >= target.max_positions:
+        raise ValueError(
+            f"context lengths {context_lengths} with sizes up to {max(sizes)} overflow the target's "
+            f"{target.max_positions} positions"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    verify_rows, draft_times = [], []
+    for context in context_lengths:
+        ids = torch.randint(target.vocab_size, (context + 1,), generator=gen).tolist()  # root last
+        features = target.prefill(ids[:-1])
+        trees = [random_tree(n, ids[-1], target.vocab_size, gen) for n in sizes]
+        verify_rows.append(tuple(_median_verify_seconds(target, tree, repeats, warmup) for tree in trees))
+        if drafter is not None:
+            draft_times.append(_median_draft_seconds(target, drafter, ids, features, repeats, warmup))
+    verify = tuple(statistics.fmean(col) for col in zip(*verify_rows))
+    info = ProfileInfo(
+        target=target.config._name_or_path or target.config.model_type,
+        dtype=str(target.dtype).removeprefix("torch."),
+        cpu=cpu_name(),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        context_lengths=context_lengths,
+        repeats=repeats,
+        verify_by_context=tuple(verify_rows),
+        note="measure_profile" + ("" if drafter is not None else ": no drafter given, t_draft = 0"),
+    )
+    return LatencyProfile(sizes, verify, statistics.fmean(draft_times) if draft_times else 0.0, info)
+
+
+def _median_draft_seconds(target: Target, drafter, ids: list[int], features, repeats: int, warmup: int) -> float:
+    """Median drafter call in steady state: each call follows a one-token round, as in decoding,
+    so the drafter receives the new root's features exactly as the decode loop would pass them."""
+    ids = list(ids)
+    drafter.start(ids)
+    drafter.draft(ids, features)  # the first call sees the whole context's features
+    times = []
+    for i in range(warmup + repeats):
+        out = target.forward_tree(Tree.root_only(ids[-1]))
+        target.commit([0], 1)
+        ids.append(int(out.logits[0].argmax()))
+        new_features = out.features[[0]] if out.features is not None else None
+        t0 = time.perf_counter()
+        drafter.draft(ids, new_features)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def profile_path(target: str, dtype: str) -> Path:
+    """Where `taps profile` saves the profile of a target and dtype on this machine."""
+    from taps.assets import taps_home
+
+    safe = target.strip("/").replace("/", "--")
+    return taps_home() / "profiles" / f"{safe}-{dtype}.json"
+
+
+def saved_profile(target: str, dtype: str) -> LatencyProfile | None:
+    """The profile `taps profile` measured for this target and dtype, or None if there is none."""
+    path = profile_path(target, dtype)
+    return LatencyProfile.load(path) if path.is_file() else None
+

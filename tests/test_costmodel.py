@@ -1,0 +1,113 @@
+"""The latency profile: monotone fit, interpolation, throughput-optimal size, JSON, measurement."""
+
+import math
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from taps.costmodel import LatencyProfile, ProfileInfo, default_profile, measure_profile
+from taps.drafters import RandomDrafter
+from taps.target import Target
+
+INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
+
+
+def profile(sizes, seconds, draft=0.0):
+    return LatencyProfile(tuple(sizes), tuple(seconds), draft, INFO)
+
+
+def test_isotonic_fit_pools_violations_and_keeps_monotone_points():
+    assert profile([0, 1, 2, 3], [1.0, 3.0, 2.0, 4.0]).fitted_seconds == (1.0, 2.5, 2.5, 4.0)
+    assert profile([0, 4, 8], [1.0, 2.0, 3.0]).fitted_seconds == (1.0, 2.0, 3.0)
+    assert profile([0, 4, 8], [3.0, 2.0, 1.0]).fitted_seconds == (2.0, 2.0, 2.0)
+
+
+def test_curve_interpolates_holds_flat_below_and_extrapolates_linearly():
+    p = profile([2, 4, 8], [1.0, 2.0, 4.0])
+    assert p.t_verify(0) == p.t_verify(2) == 1.0  # flat below the first measured size
+    assert p.t_verify(3) == pytest.approx(1.5)
+    assert p.t_verify(6) == pytest.approx(3.0)
+    assert p.t_verify(12) == pytest.approx(6.0)  # slope of the last segment, 0.5 s per node
+    assert p.verify_curve(12).tolist() == pytest.approx([p.t_verify(n) for n in range(13)])
+
+
+def test_extrapolation_uses_the_last_rising_segment_when_the_fit_ends_flat():
+    p = profile([0, 10, 20, 30], [1.0, 2.0, 4.0, 3.0])  # fit: 1, 2, 3.5, 3.5
+    assert p.t_verify(40) == pytest.approx(3.5 + 1.5 / 20 * 10)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_curve_is_monotone_for_any_measurements(seed):
+    g = torch.Generator().manual_seed(seed)
+    sizes = sorted(set(torch.randint(0, 100, (6,), generator=g).tolist()))
+    p = profile(sizes, (0.01 + torch.rand(len(sizes), generator=g)).tolist())
+    curve = p.verify_curve(150)
+    assert bool((curve[1:] >= curve[:-1] - 1e-12).all())
+
+
+@pytest.mark.parametrize("bad", [
+    dict(sizes=(), verify_seconds=()),
+    dict(sizes=(0, 1), verify_seconds=(1.0,)),
+    dict(sizes=(3, 3), verify_seconds=(1.0, 2.0)),
+    dict(sizes=(-1, 3), verify_seconds=(1.0, 2.0)),
+    dict(sizes=(0, 3), verify_seconds=(1.0, 0.0)),
+    dict(sizes=(0, 3), verify_seconds=(1.0, math.nan)),
+    dict(sizes=(0, 3), verify_seconds=(1.0, 2.0), draft_seconds=-1.0),
+])
+def test_invalid_profiles_are_refused(bad):
+    with pytest.raises(ValueError):
+        LatencyProfile(**{"draft_seconds": 0.0, "info": INFO, **bad})
+
+
+def test_best_size_maximises_modelled_tokens_per_second():
+    p = profile([0, 4, 8], [1.0, 1.0, 3.0], draft=0.5)
+    gains = [0.9, 0.8, 0.5, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05]
+    rate = [(1 + sum(gains[:n])) / (0.5 + p.t_verify(n)) for n in range(len(gains) + 1)]
+    assert p.best_size(gains) == max(range(len(rate)), key=rate.__getitem__) == 4
+    assert p.best_size([]) == 0
+    assert profile([0, 1], [1.0, 1.5]).best_size([0.3]) == 0  # 30% more tokens for 50% more time: not worth it
+
+
+def test_default_profile_is_the_assets_smollm2_bf16_row():
+    p = default_profile()
+    assert p.info.target == "SmolLM2-135M-Instruct" and p.info.dtype == "bfloat16"
+    assert p.t_verify(0) == pytest.approx(0.0369)  # k = 1 new token: the root alone
+    assert p.t_verify(15) == pytest.approx(0.0487)  # k = 16
+    assert p.t_verify(127) == pytest.approx(0.161)
+    assert p.draft_seconds == pytest.approx(0.0369)
+    assert "assets.md" in p.info.note and "assumed" in p.info.note
+
+
+def test_save_load_round_trip(tmp_path):
+    p = default_profile()
+    p.save(tmp_path / "profile.json")
+    assert LatencyProfile.load(tmp_path / "profile.json") == p
+    (tmp_path / "other.json").write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError, match="taps-latency-profile"):
+        LatencyProfile.load(tmp_path / "other.json")
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny multi-token forwards on a busy 2-core machine are 100x slower with 2 OpenMP threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_measure_profile_on_a_tiny_model(tmp_path, one_thread):
+    target = Target(tiny_model("llama", max_positions=64), feature_layers=(0, 2))
+    drafter = RandomDrafter(target, block_len=4)
+    p = measure_profile(target, drafter, sizes=(0, 2, 5), context_lengths=(4, 12), repeats=2)
+    assert p.sizes == (0, 2, 5) and p.draft_seconds > 0
+    assert all(t > 0 for t in p.verify_seconds)
+    assert len(p.info.verify_by_context) == 2 and p.info.context_lengths == (4, 12)
+    assert p.info.dtype == "float32" and p.info.target == "llama" and p.info.repeats == 2 and p.info.threads == 1
+    assert p.verify_seconds == pytest.approx([sum(c) / 2 for c in zip(*p.info.verify_by_context)])
+    p.save(tmp_path / "p.json")
+    assert LatencyProfile.load(tmp_path / "p.json") == p
+    assert measure_profile(target, sizes=(1,), context_lengths=(4,), repeats=1).draft_seconds == 0.0
+    with pytest.raises(ValueError, match="overflow"):
+        measure_profile(target, sizes=(40,), context_lengths=(30,), repeats=1)

@@ -1,0 +1,211 @@
+"""The benchmark report: table numbers recomputed by hand from raw records, plots written as PNG."""
+
+import random
+import statistics
+
+import pytest
+
+from taps.report import markdown_table, pooled_rows, stage_shares, write_report
+
+ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
+       "dtype": "bfloat16", "seed": 0}  # fmt: skip
+PLOTS = ("tau_vs_tree_size.png", "speedup_vs_tree_size.png", "accepted_length_hist.png", "stage_split.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_record(dataset, prompt_id, method, budget, temperature, turns, *, accepted=None, seconds_per_round=0.01,
+                prefill_s=0.02, category="coding", drafter="oracle", env=ENV):  # fmt: skip
+    """A record with bench's field names. `turns` are the token ids per turn; `accepted` the
+    drafted tokens accepted each round, per turn (None: a peer, which exposes no rounds)."""
+    peer = accepted is None
+    rounds = None if peer else [len(a) for a in accepted]
+    flat = [] if peer else [a for turn in accepted for a in turn]
+    # a peer's wall time grows with its tokens, a policy's with its rounds
+    steps_per_turn = [len(t) for t in turns] if peer else rounds
+    seconds = [prefill_s + seconds_per_round * n for n in steps_per_turn]
+    loop_s = seconds_per_round * sum(steps_per_turn)
+    stages = {} if peer else {  # 5% of the loop stays outside the stages ("other")
+        "draft": 0.3 * loop_s, "select": 0.1 * loop_s, "verify": 0.5 * loop_s, "commit": 0.05 * loop_s,
+        "prefill": prefill_s * len(turns),
+    }  # fmt: skip
+    return {
+        "dataset": dataset, "prompt_id": prompt_id, "category": category, "method": method, "budget": budget,
+        "temperature": temperature, "target": "smollm2-135m", "drafter": None if peer or budget is None else drafter,
+        "token_ids": turns, "texts": [" ".join(map(str, t)) for t in turns], "seconds": seconds, "rounds": rounds,
+        "accepted_per_round": flat, "tree_sizes": [] if peer else [budget or 0] * len(flat), "stage_seconds": stages,
+        "new_tokens": sum(len(t) for t in turns), "total_seconds": sum(seconds), "peak_rss_mb": 512.0, "env": env,
+    }  # fmt: skip
+
+
+def split_accepted(n_tokens, budget, rng):
+    """Accepted counts per round that commit exactly n_tokens (each round commits accepted + 1)."""
+    accepted = []
+    while n_tokens:
+        a = min(rng.randint(0, budget), n_tokens - 1)
+        accepted.append(a)
+        n_tokens -= a + 1
+    return accepted
+
+
+SPECULATIVE = (("chain", 4), ("chain", 16), ("ddtree", 16))
+
+
+def synthetic_records(seed=0):
+    """ar, two speculative methods over two budgets and a peer, on two datasets (spec-bench has two
+    turns and categories) at two temperatures; sampled runs sometimes differ from ar's output."""
+    rng = random.Random(seed)
+    prompts = [("humaneval", f"HumanEval/{i}", "coding", 1) for i in range(3)]
+    prompts += [("spec-bench", str(81 + i), cat, 2) for i, cat in enumerate(("writing", "writing", "math"))]
+    records = []
+    for dataset, pid, category, n_turns in prompts:
+        for temperature in (0.0, 1.0):
+            ar_turns = [[rng.randrange(1000) for _ in range(rng.randint(10, 30))] for _ in range(n_turns)]
+            common = dict(category=category)
+            records.append(make_record(dataset, pid, "ar", None, temperature, ar_turns,
+                                       accepted=[[0] * len(t) for t in ar_turns], seconds_per_round=0.02, **common))
+            for method, budget in SPECULATIVE:
+                turns = [list(t) for t in ar_turns]
+                if temperature > 0 and rng.random() < 0.5:
+                    turns[-1][-1] += 1  # a different sample: same length, different tokens
+                accepted = [split_accepted(len(t), budget, rng) for t in turns]
+                records.append(make_record(dataset, pid, method, budget, temperature, turns, accepted=accepted,
+                                           seconds_per_round=0.02 + 0.002 * budget * rng.random(), **common))
+            peer_s = 0.01 + 0.01 * rng.random()
+            records.append(make_record(dataset, pid, "hf-assisted", None, temperature, ar_turns,
+                                       seconds_per_round=peer_s, **common))
+    return records
+
+
+def parse_table(markdown):
+    """The summary table's rows as dicts keyed by header (cells kept as the text written)."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def by_hand(records):
+    """Every table number recomputed from the raw records, keyed like the table rows."""
+    ar = {(r["dataset"], r["prompt_id"], r["temperature"]): r for r in records if r["method"] == "ar"}
+    groups = {}
+    for r in records:
+        label = f"spec-bench/{r['category']}" if r["dataset"] == "spec-bench" else r["dataset"]
+        groups.setdefault((label, f"{r['temperature']:.1f}", r["method"], r["budget"]), []).append(r)
+    expected = {}
+    for (label, t, method, budget), recs in groups.items():
+        peer = recs[0]["rounds"] is None
+        speedups, matches = [], []
+        for r in recs:
+            a = ar[(r["dataset"], r["prompt_id"], r["temperature"])]
+            speedups.append((r["new_tokens"] / r["total_seconds"]) / (a["new_tokens"] / a["total_seconds"]))
+            matches.append(r["token_ids"] == a["token_ids"])
+        sizes = [s for r in recs for s in r["tree_sizes"]]
+        expected[(label, t, method, "-" if budget is None else str(budget))] = {
+            "prompts": str(len(recs)),
+            "tau": "-" if peer else f"{sum(r['new_tokens'] for r in recs) / sum(sum(r['rounds']) for r in recs):.2f}",
+            "tokens/s": f"{statistics.median(r['new_tokens'] / r['total_seconds'] for r in recs):.2f}",
+            "speedup vs ar": f"{statistics.median(speedups):.2f}",
+            "mean tree size": "-" if not sizes else f"{sum(sizes) / len(sizes):.1f}",
+            "match rate vs ar": f"{sum(matches) / len(matches):.2f}",
+        }
+    return expected
+
+
+def test_markdown_table_formats_rows_and_missing_values():
+    rows = [
+        {"dataset": "humaneval", "temperature": 0.0, "method": "ar", "budget": None, "prompts": 3, "tau": 1.0,
+         "tokens_per_second": 40.123, "speedup_vs_ar": 1.0, "mean_tree_size": 0.0, "match_rate_vs_ar": 1.0},
+        {"dataset": "humaneval", "temperature": 0.0, "method": "hf-assisted", "budget": None, "prompts": 3,
+         "tau": None, "tokens_per_second": 55.5, "speedup_vs_ar": 1.384, "mean_tree_size": None, "match_rate_vs_ar": 0.5},
+    ]  # fmt: skip
+    assert markdown_table(rows) == (
+        "| dataset | T | method | budget | prompts | tau | tokens/s | speedup vs ar | mean tree size | match rate vs ar |\n"
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| humaneval | 0.0 | ar | - | 3 | 1.00 | 40.12 | 1.00 | 0.0 | 1.00 |\n"
+        "| humaneval | 0.0 | hf-assisted | - | 3 | - | 55.50 | 1.38 | - | 0.50 |"
+    )
+    assert markdown_table([]).count("\n") == 1  # header and rule only
+
+
+def test_report_table_equals_numbers_recomputed_from_raw_records(tmp_path):
+    records = synthetic_records()
+    text = write_report(records, tmp_path).read_text()
+    table = parse_table(text)
+    expected = by_hand(records)
+    got = {(r["dataset"], r["T"], r["method"], r["budget"]): r for r in table}
+    assert got.keys() == expected.keys()  # one row per (dataset/category, T, method, budget), no more
+    for key, want in expected.items():
+        assert {k: got[key][k] for k in want} == want, key
+    for method in ("ar", "chain", "ddtree", "hf-assisted"):
+        assert f"| {method} |" in text
+    assert any(row["match rate vs ar"] != "1.00" for row in table)  # the data exercise the match rate
+    assert "torch 2.13.0" in text and "target smollm2-135m" in text and "drafter oracle" in text
+
+
+def test_plots_are_non_empty_pngs_linked_from_the_report(tmp_path):
+    report = write_report(synthetic_records(), tmp_path / "out")
+    assert report == tmp_path / "out" / "report.md"
+    text = report.read_text()
+    for name in PLOTS:
+        data = (report.parent / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
+        assert f"]({name})" in text  # relative link
+
+
+def test_ar_and_peers_alone_report_without_the_speculative_plots(tmp_path):
+    records = [r for r in synthetic_records() if r["method"] in ("ar", "hf-assisted")]
+    write_report(synthetic_records(), tmp_path)  # an earlier report in the same folder
+    text = write_report(records, tmp_path).read_text()
+    assert not (tmp_path / "accepted_length_hist.png").exists()  # stale plot removed, not linked
+    assert "accepted_length_hist.png" not in text
+    for name in ("tau_vs_tree_size.png", "speedup_vs_tree_size.png", "stage_split.png"):
+        assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC)
+    peer_rows = [r for r in parse_table(text) if r["method"] == "hf-assisted"]
+    assert peer_rows and all(r["tau"] == "-" and r["mean tree size"] == "-" for r in peer_rows)
+
+
+def test_peers_only_still_write_a_table(tmp_path):
+    records = [r for r in synthetic_records() if r["method"] == "hf-assisted"]
+    text = write_report(records, tmp_path).read_text()
+    assert len(parse_table(text)) == 6  # 3 dataset labels (spec-bench per category) x 2 temperatures
+    assert not (tmp_path / "tau_vs_tree_size.png").exists() and not (tmp_path / "stage_split.png").exists()
+
+
+def test_no_records_is_an_error(tmp_path):
+    with pytest.raises(ValueError):
+        write_report([], tmp_path)
+
+
+def test_pooled_rows_pair_each_prompt_with_ar_on_that_prompt_across_datasets():
+    # the same prompt id in two datasets: ar is fast on one and slow on the other
+    records = [
+        make_record("a", "0", "ar", None, 0.0, [[1] * 10], accepted=[[0] * 10], seconds_per_round=0.01),
+        make_record("b", "0", "ar", None, 0.0, [[1] * 10], accepted=[[0] * 10], seconds_per_round=0.1),
+        make_record("a", "0", "chain", 4, 0.0, [[1] * 10], accepted=[[4, 4]], seconds_per_round=0.01),
+        make_record("b", "0", "chain", 4, 0.0, [[1] * 10], accepted=[[4, 4]], seconds_per_round=0.1),
+    ]
+    chain = next(r for r in pooled_rows(records) if r["method"] == "chain")
+    ratios = [(10 / r["total_seconds"]) / (10 / a["total_seconds"]) for r, a in zip(records[2:], records[:2])]
+    assert chain["dataset"] == "all" and chain["prompts"] == 2
+    assert chain["tau"] == pytest.approx(20 / 4)
+    assert chain["speedup_vs_ar"] == pytest.approx(statistics.median(ratios))
+    assert chain["mean_tree_size"] == 4
+
+
+def test_stage_shares_are_stage_seconds_over_total_seconds():
+    records = synthetic_records()
+    labels, stages, shares = stage_shares(records)
+    assert labels == ["ar", "chain b4", "chain b16", "ddtree b16"]  # peers have no stage times
+    assert stages == ["draft", "select", "verify", "commit", "prefill", "other"]
+    chain16 = [r for r in records if r["method"] == "chain" and r["budget"] == 16]
+    total_s = sum(r["total_seconds"] for r in chain16)
+    verify_s = sum(r["stage_seconds"]["verify"] for r in chain16)
+    assert shares[2, 2] == pytest.approx(verify_s / total_s)
+    assert shares.sum(axis=1) == pytest.approx([1.0] * 4)
+
+
+def test_each_distinct_environment_gets_its_own_line(tmp_path):
+    records = synthetic_records()
+    records[-1] = {**records[-1], "env": {**ENV, "threads": 8}}  # a resumed run on another setting
+    text = write_report(records, tmp_path).read_text()
+    env_lines = [line for line in text.splitlines() if line.startswith("Environment:")]
+    assert len(env_lines) == 2 and "threads 8" in env_lines[1]

@@ -1,0 +1,222 @@
+"""The DFlash training recipe on a tiny random target: mask, train/inference agreement, loss, resume."""
+
+import json
+import math
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from taps.decode import DecodeConfig, generate
+from taps.dflash import DFlashConfig, DFlashDrafter, DFlashDrafterModel, load_drafter
+from taps.target import Target
+from taps.train.drafter import (
+    BlockObjective,
+    TrainDrafterConfig,
+    build_block_mask,
+    draft_vocabulary,
+    load_sequences,
+    sample_anchors,
+    slot_weights,
+    target_pass,
+    train_drafter,
+)
+
+LAYERS = (0, 2)
+MASK = 95
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama")
+
+
+@pytest.fixture(scope="module")
+def sequences(model):
+    """Self-distillation data as DFlash uses: the target's own greedy continuations of prompts."""
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(10):
+        prompt = torch.randint(0, 90, (1, 4), generator=gen)
+        seq = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=36,
+                             pad_token_id=0)
+        out.append(seq[0].tolist())
+    return out
+
+
+@pytest.fixture
+def data_file(tmp_path, sequences):
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"ids": s}) + "\n" for s in sequences))
+    return path
+
+
+def config(tmp_path, data_file, **kw) -> TrainDrafterConfig:
+    base = dict(target="tiny", data=str(data_file), out=str(tmp_path / "run"), mask_token_id=MASK, num_hidden_layers=1,
+                block_size=8, target_layer_ids=LAYERS, anchors_per_sequence=12, sequences_per_step=2, epochs=3,
+                lr=3e-3, eval_sequences=2, eval_every=4, save_every=4, progress=False)
+    return TrainDrafterConfig(**{**base, **kw})
+
+
+def brute_force_mask(anchors, seq_len, block):
+    n = len(anchors)
+    mask = torch.zeros(n * block, seq_len + n * block, dtype=torch.bool)
+    for q in range(n * block):
+        i = q // block
+        for k in range(seq_len):
+            mask[q, k] = k < anchors[i]  # context strictly before the anchor
+        for k in range(n * block):
+            mask[q, seq_len + k] = k // block == i  # its own block only, both directions
+    return mask
+
+
+@pytest.mark.parametrize("anchors,seq_len,block", [([0], 5, 4), ([0, 3, 4, 9], 11, 4), ([2, 7], 9, 16), ([5], 6, 2)])
+def test_block_mask_matches_brute_force(anchors, seq_len, block):
+    got = build_block_mask(torch.tensor(anchors), seq_len, block)
+    assert torch.equal(got, brute_force_mask(anchors, seq_len, block))
+
+
+def test_slot_weights_and_published_gammas(tmp_path):
+    w = slot_weights(16, 7.0)
+    assert w[0] == 0 and w[1] == 1 and math.isclose(w[8].item(), math.exp(-1), rel_tol=1e-6)
+    for block, gamma in [(16, 7.0), (10, 5.0), (8, 4.0)]:
+        assert TrainDrafterConfig("t", "d", "o", mask_token_id=1, block_size=block).slot_gamma == gamma
+    with pytest.raises(ValueError, match="no published gamma for block_size=12"):
+        TrainDrafterConfig("t", "d", "o", mask_token_id=1, block_size=12)
+    assert TrainDrafterConfig("t", "d", "o", mask_token_id=1, block_size=12, gamma=6.0).slot_gamma == 6.0
+
+
+def test_anchors_are_distinct_sorted_and_leave_a_label():
+    gen = torch.Generator().manual_seed(0)
+    for seq_len, n in [(2, 5), (10, 4), (50, 49), (50, 200)]:
+        a = sample_anchors(seq_len, n, gen)
+        assert len(a) == min(n, seq_len - 1) and len(set(a.tolist())) == len(a)
+        assert torch.equal(a, a.sort().values) and a.min() >= 0 and a.max() <= seq_len - 2
+
+
+@pytest.mark.parametrize("draft_vocab", [None, tuple(range(0, 96, 2))])
+def test_one_pass_training_forward_equals_inference(model, sequences, draft_vocab):
+    """Block i of the one-pass training forward gives exactly the marginals the drafter produces
+    at inference with the root at anchor i: mask, positions and labels line up."""
+    torch.manual_seed(0)
+    cfg = DFlashConfig.for_target(model.config, MASK, 2, LAYERS, block_size=8, draft_vocab_ids=draft_vocab)
+    drafter = DFlashDrafterModel(cfg)
+    ids = sequences[0]
+    tp = target_pass(model, ids, LAYERS)
+    anchors = torch.tensor([0, 1, 9, 20, len(ids) - 2])
+    objective = BlockObjective(drafter, model, gamma=4.0)
+    with torch.no_grad():
+        probs = torch.softmax(objective.logits(tp, anchors)[:, 1:].float(), dim=-1)  # [N, L, V_draft]
+    inference = DFlashDrafter(drafter, Target(model, feature_layers=LAYERS))
+    for i, a in enumerate(anchors.tolist()):
+        inference.start(ids[: a + 1])
+        q = inference.draft(ids[: a + 1], tp.features[:a])  # [L, vocab]
+        want = q if draft_vocab is None else q[:, list(draft_vocab)]
+        torch.testing.assert_close(probs[i], want, atol=1e-6, rtol=1e-5)
+
+
+def test_a_few_steps_reduce_the_loss(model, sequences):
+    torch.manual_seed(0)
+    drafter = DFlashDrafterModel(DFlashConfig.for_target(model.config, MASK, 1, LAYERS, block_size=8))
+    objective = BlockObjective(drafter, model, gamma=4.0, soft_label_weight=0.3)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    passes = [target_pass(model, s, LAYERS, soft_top_k=16) for s in sequences[:3]]
+    anchors = [torch.arange(len(s) - 1) for s in sequences[:3]]
+    losses = []
+    for _ in range(25):
+        total = sum(objective.loss(objective.logits(tp, a), tp, a).loss for tp, a in zip(passes, anchors)) / 3
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+        losses.append(total.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+    # the target's embeddings and head are not trained
+    assert all(not p.requires_grad or p.grad is None for p in model.parameters())
+
+
+def test_train_drafter_end_to_end(model, tmp_path, data_file):
+    cfg = config(tmp_path, data_file)
+    result = train_drafter(cfg, target_model=model)
+    # 8 training sequences, 2 per step, 3 epochs
+    assert result.step == result.total_steps == 12 and result.drafter_dir == tmp_path / "run" / "drafter"
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 4, 8, 12]
+    assert records[0]["train_loss"] is None and all(r["train_loss"] > 0 for r in records[1:])
+    assert len(records[-1]["eval_slot_acc"]) == 7 and records[-1]["eval_tau_chain"] >= 1
+    assert records[-1]["eval_loss"] < records[0]["eval_loss"]
+    assert not list((tmp_path / "run").glob("*.tmp"))
+    # the result is an ordinary DFlash folder: it decodes losslessly
+    target = Target(model, feature_layers=LAYERS)
+    drafter = load_drafter(result.drafter_dir, target)
+    prompt = [5, 17, 33, 2]
+    res = generate(target, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=30, stop_ids=()), drafter)
+    ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+                         max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    assert res.token_ids == ref
+
+
+def test_resume_continues_where_it_stopped(model, tmp_path, data_file):
+    assert train_drafter(config(tmp_path, data_file, out=str(tmp_path / "a")), target_model=model).step == 12
+    first = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), stop_after_steps=5), target_model=model)
+    assert first.step == 5 and first.total_steps == 12
+    resumed = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), target_model=model)
+    assert resumed.step == 12
+    a = torch.load(tmp_path / "a" / "state.pt", weights_only=True)
+    b = torch.load(tmp_path / "b" / "state.pt", weights_only=True)
+    for name, tensor in a["drafter"].items():
+        assert torch.equal(tensor, b["drafter"][name]), name
+    log_a = [json.loads(x) for x in (tmp_path / "a" / "log.jsonl").read_text().splitlines()]
+    log_b = [json.loads(x) for x in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    assert [r["eval_loss"] for r in log_a] == [r["eval_loss"] for r in log_b]
+    # a finished run resumed again does nothing; other training settings are refused
+    assert train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), target_model=model).step == 12
+    with pytest.raises(ValueError, match="lr differ"):
+        train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), lr=1e-3), target_model=model)
+    data_file.write_text(data_file.read_text().replace("[", "[1, ", 1))
+    with pytest.raises(ValueError, match="data_sha256 differ"):
+        train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), target_model=model)
+
+
+def test_a_crash_while_saving_leaves_the_last_checkpoint_whole(model, tmp_path, data_file, monkeypatch):
+    train_drafter(config(tmp_path, data_file, stop_after_steps=4), target_model=model)
+
+    def crash(obj, f):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train_drafter(config(tmp_path, data_file, stop_after_steps=8), target_model=model)
+    monkeypatch.undo()
+    assert torch.load(tmp_path / "run" / "state.pt", weights_only=True)["step"] == 4
+    assert not list((tmp_path / "run").glob("*.tmp"))
+    assert train_drafter(config(tmp_path, data_file), target_model=model).step == 12
+
+
+def test_bfloat16_soft_labels_and_draft_vocabulary(tmp_path, data_file):
+    model = tiny_model("qwen2")
+    cfg = config(tmp_path, data_file, dtype="bfloat16", soft_label_weight=0.5, soft_label_top_k=8,
+                 draft_vocab_size=40, epochs=2)
+    result = train_drafter(cfg, target_model=model)
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["eval_loss"]) for r in records)
+    assert records[-1]["eval_loss"] < records[0]["eval_loss"]
+    target = Target(model, feature_layers=LAYERS)
+    drafter = load_drafter(result.drafter_dir, target)
+    assert len(drafter.model.config.draft_vocab_ids) == 40 and drafter.model.fc.weight.dtype == torch.bfloat16
+
+
+def test_draft_vocabulary_takes_the_most_frequent_tokens():
+    assert draft_vocabulary([[5, 5, 5, 2, 2, 9], [9, 9, 9, 1]], 2, 12) == (5, 9)
+    assert draft_vocabulary([[3, 1]], 1, 12) == (1,)  # ties: the lower id
+
+
+def test_bad_data_gives_clear_errors(tmp_path):
+    cases = ['{"ids": [1, 2, 3]}\n{"text": "x"}\n', '{"ids": [1, 200]}\n', '{"ids": [4]}\n', "not json\n"]
+    for i, text in enumerate(cases):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_text(text)
+        with pytest.raises(ValueError, match=rf"{i}.jsonl:\d"):
+            load_sequences(path, 96, 64)
+    with pytest.raises(ValueError, match="mask_token_id"):
+        TrainDrafterConfig("t", "d", "o", mask_token_id=None)
