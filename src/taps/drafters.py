@@ -83,7 +83,8 @@ class OracleDrafter:
                 if a != b:
                     break
                 common += 1
-            self.cache.crop(common)
+            if common < len(self.path):
+                self.cache.crop(common - len(self.path))  # a negative crop drops that many tokens
             self.path = self.path[:common]
             self.rows = {i: r for i, r in self.rows.items() if i < common}
             self._feed(ids[common:])

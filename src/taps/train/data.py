@@ -9,20 +9,24 @@ standard library and reasoning-gym 0.1.25, see `source_sizes()`):
                 paragraph>" (and two rewordings), for every public function, class and public
                 method of a public class, with a docstring, in the standard library's own .py
                 files on this machine (read with `ast`; tests, private modules and `encodings`
-                left out). About 12,900 prompts.
+                left out). 5,277 distinct prompts.
   code-explain  "Explain what this Python code does: ```python <source>```" (and two rewordings)
-                for the same definitions whose source is at most MAX_SOURCE_CHARS characters.
-                About 10,900 prompts.
+                for the same definitions whose source is 3 lines to MAX_SOURCE_CHARS characters.
+                4,578 distinct prompts.
   math          reasoning-gym's gsm_symbolic word problems (GSM8K-style templates, new numbers
                 and names) drawn with seeds from RG_SEED_BASE upwards, never the evaluation seed
                 `taps.datasets.GSM_SYMBOLIC_SEED` (asserted, and the seed ranges of the items are
-                kept disjoint from the evaluation's). Unlimited (new instances per seed).
+                kept disjoint from the evaluation's). Unlimited (new instances per seed); the
+                few that still equal one of the first GSM_EVAL_CHECKED evaluation items (a
+                template with few free values repeats) are dropped. Note that the evaluation
+                uses the same ~100 templates (made from GSM8K test problems), only with other
+                numbers and names: use mix={"math": 0, ...} for a drafter that never saw them.
   reasoning     other reasoning-gym tasks (REASONING_TASKS: arithmetic, counting, sorting, dates,
                 logic, ...), round-robin. Unlimited.
   general       instructions from templates over the standard library's public module names
                 ("Summarize what the Python module `json` is for", "Give three tips for using
                 ...") and texts from its docstrings (summarize, translate into German/French/
-                Spanish, rewrite in plain English). About 5,000 prompts.
+                Spanish, rewrite in plain English). 2,556 distinct prompts.
 
 None of them come from an evaluation set (HumanEval, MT-Bench, Spec-Bench, GSM-Symbolic with
 the evaluation seed); `check_no_eval_overlap` checks it by text, and `generate_data` runs it.
@@ -42,6 +46,7 @@ import os
 import random
 import sysconfig
 import textwrap
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
@@ -68,7 +73,9 @@ MAX_PARAGRAPH_CHARS = 800  # longest docstring paragraph used in a prompt
 MAX_DOC_CHARS = 3000  # longest docstring given to summarize
 MIN_PARAGRAPH_CHARS = 20
 PRUNED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__", "encodings"}
-DEFAULT_SPEC_BENCH = Path(__file__).resolve().parents[4] / "shared" / "data" / "spec_bench" / "question.jsonl"
+# Spec-Bench's questions are not packaged: $TAPS_SPEC_BENCH, else the workspace's shared copy
+DEFAULT_SPEC_BENCH = Path(os.environ.get("TAPS_SPEC_BENCH")
+                          or Path(__file__).resolve().parents[4] / "shared" / "data" / "spec_bench" / "question.jsonl")
 GSM_EVAL_CHECKED = 1000  # evaluation GSM-Symbolic items compared by text (later ones: by the seed ranges)
 
 WRITE_TEMPLATES = (
@@ -412,6 +419,9 @@ def eval_prompt_texts(spec_bench: str | os.PathLike | None = DEFAULT_SPEC_BENCH,
     sets = {"humaneval": load_prompts("humaneval"), "mt-bench": load_prompts("mt-bench")}
     if spec_bench is not None and Path(spec_bench).is_file():
         sets["spec-bench"] = load_prompts("spec-bench", path=str(spec_bench))
+    elif spec_bench is not None:
+        warnings.warn(f"Spec-Bench file {spec_bench} not found (set TAPS_SPEC_BENCH): not checked against it",
+                      stacklevel=2)
     if gsm_symbolic:
         sets["gsm-symbolic"] = load_prompts("gsm-symbolic", limit=gsm_symbolic)
     return {name: [turn for p in prompts for turn in p.turns] for name, prompts in sets.items()}

@@ -1,0 +1,233 @@
+"""Drafter training data: prompt sources, the evaluation-overlap guard, the resumable JSONL
+writer, self-distillation on SmolLM2 and the gen-data / train-drafter commands."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from taps import datasets
+from taps.cli import TRAIN_HELP, TRAIN_REQUIRED, build_parser, main
+from taps.datasets import GSM_SYMBOLIC_SEED, Prompt
+from taps.train import data as D
+from taps.train.drafter import TrainDrafterConfig
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_prompts_are_deterministic_prefix_stable_and_mixed():
+    long = D.training_prompt_records(30, seed=0)
+    assert D.training_prompt_records(30, seed=0) == long
+    assert D.training_prompts(12, seed=0) == [p.text for p in long[:12]]  # prefix-stable: resumable with more
+    assert D.training_prompts(12, seed=1) != [p.text for p in long[:12]]
+    assert len({p.text for p in long}) == 30
+    assert {p.source for p in long} == set(D.SOURCES)
+    for p in long:
+        if p.source == "code-write":
+            assert p.text.startswith(("Write a Python", "Implement the Python", "In Python, write")) and "`" in p.text
+        if p.source == "code-explain":
+            assert "```python\n" in p.text and len(p.text) < D.MAX_SOURCE_CHARS + 200
+
+
+def test_mix_selects_sources_and_rejects_bad_weights():
+    only_math = D.training_prompt_records(5, seed=0, mix={"math": 1.0})
+    assert {p.source for p in only_math} == {"math"}
+    with pytest.raises(ValueError):
+        D.training_prompts(3, mix={"humaneval": 1.0})
+    with pytest.raises(ValueError):
+        D.training_prompts(3, mix={"math": 0.0})
+
+
+def test_gsm_symbolic_never_uses_the_evaluation_seed(monkeypatch):
+    for seed in (0, 1, 7):
+        for chunk in (0, 1, 100):
+            s = D.rg_seed(seed, chunk)
+            assert s != GSM_SYMBOLIC_SEED and s >= GSM_SYMBOLIC_SEED + D.GSM_EVAL_RESERVED
+    first = next(D._math(0))
+    # an evaluation item that a training seed happens to reproduce is dropped
+    monkeypatch.setattr(D, "_gsm_eval_questions", lambda: frozenset({D._clean(first)}))
+    assert next(D._math(0)) != first
+    # and the stream refuses to run on the evaluation's seeds at all
+    monkeypatch.setattr(D, "GSM_SYMBOLIC_SEED", D.rg_seed(0, 0))
+    with pytest.raises(AssertionError):
+        next(D._math(0))
+
+
+def test_stdlib_scan_public_documented_definitions():
+    files = D.stdlib_files()
+    assert files and all("test" not in f.parts and "site-packages" not in f.parts for f in files)
+    assert all(not part.startswith("_") for f in files for part in f.relative_to(D.stdlib_root()).parts[:-1])
+    shlex = D.scan_module(D.stdlib_root() / "shlex.py")
+    by_name = {d.name: d for d in shlex.definitions}
+    assert by_name["shlex"].kind == "class"
+    assert by_name["shlex"].signature == "shlex(instream=None, infile=None, posix=False, punctuation_chars=False)"
+    assert by_name["shlex.push_token"].signature == "shlex.push_token(tok)"  # self dropped
+    assert by_name["shlex.push_token"].source.startswith("def push_token(self, tok):")
+    assert all(not d.name.split(".")[-1].startswith("_") for d in shlex.definitions)
+    assert shlex.name == "shlex" and "lexical analyzer" in shlex.paragraph
+
+
+# ---------------------------------------------------------------------------------------------
+# The evaluation-overlap guard
+# ---------------------------------------------------------------------------------------------
+
+HUMANEVAL_CODE = 'def add(a, b):\n    """Add two numbers a and b and return the sum."""\n'
+
+
+@pytest.fixture
+def fake_eval_sets(monkeypatch, tmp_path):
+    def fake(rows):
+        return lambda limit, path=None: rows[:limit]
+
+    monkeypatch.setitem(datasets.DATASETS, "humaneval", fake([
+        Prompt("humaneval", "0", "coding", (f"Complete the following Python function.\n\n```python\n{HUMANEVAL_CODE}```",))]))
+    monkeypatch.setitem(datasets.DATASETS, "mt-bench", fake([
+        Prompt("mt-bench", "81", "writing", ("Compose an engaging travel blog post about Hawaii.", "Rewrite it in verse."))]))
+    monkeypatch.setitem(datasets.DATASETS, "gsm-symbolic", fake([
+        Prompt("gsm-symbolic", "0", "math", ("Ann has 3 apples and buys 4 more. How many apples does she have?",))]))
+    spec = tmp_path / "question.jsonl"
+    spec.write_text(json.dumps({"question_id": 1, "category": "translation",
+                                "turns": ["Translate German-to-English: Guten Morgen, liebe Freunde."]}) + "\n")
+    return spec
+
+
+def test_eval_overlap_guard(fake_eval_sets, tmp_path):
+    texts = D.eval_prompt_texts(fake_eval_sets, gsm_symbolic=5)
+    assert set(texts) == {"humaneval", "mt-bench", "spec-bench", "gsm-symbolic"}
+    clean = ["Summarize what the Python module `json` is for.", "Calculate 3 + 4.", "Rewrite it in prose."]
+    D.check_no_eval_overlap(clean, fake_eval_sets, gsm_symbolic=5)
+    bad = {
+        "equal": "Compose an engaging travel blog post about Hawaii.",
+        "second turn": "Please: Rewrite it in verse.",
+        "contains, other whitespace": "Answer this:\n Ann has 3 apples  and buys 4 more.\nHow many apples does she have? Thanks",
+        "spec-bench": "Translate German-to-English: Guten Morgen,\nliebe Freunde. Be brief.",
+        "humaneval code alone": f"Explain:\n```python\n{HUMANEVAL_CODE}```",
+    }
+    for what, prompt in bad.items():
+        with pytest.raises(D.EvalOverlapError):
+            D.check_no_eval_overlap(clean + [prompt], fake_eval_sets, gsm_symbolic=5)
+    hits = D.find_eval_overlap(list(bad.values()) + clean, texts)
+    assert [h[0] for h in hits] == [0, 1, 2, 3, 4]
+    # without the Spec-Bench file, that set is simply not loaded
+    with pytest.warns(UserWarning, match="not found"):
+        assert "spec-bench" not in D.eval_prompt_texts(tmp_path / "missing.jsonl", gsm_symbolic=5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The resumable JSONL file
+# ---------------------------------------------------------------------------------------------
+
+
+def test_records_append_and_torn_last_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    assert D.read_records(path) == []
+    D.append_records(path, [{"prompt_index": 0, "ids": [1, 2]}, {"prompt_index": 1, "ids": [3, 4]}])
+    whole = path.read_bytes()
+    with open(path, "ab") as f:
+        f.write(b'{"prompt_index": 2, "ids": [5')  # a write cut short
+    assert [r["prompt_index"] for r in D.read_records(path)] == [0, 1]
+    assert path.read_bytes() != whole  # read without repair leaves the file alone
+    D.read_records(path, repair=True)
+    assert path.read_bytes() == whole
+    D.append_records(path, [{"prompt_index": 2, "ids": [5, 6]}])
+    assert [r["prompt_index"] for r in D.read_records(path)] == [0, 1, 2]
+    path.write_text('{"a": 1}\n{broken\n{"a": 2}\n')
+    with pytest.raises(ValueError, match="not the last line"):
+        D.read_records(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-distillation on SmolLM2
+# ---------------------------------------------------------------------------------------------
+
+
+def test_generate_data_resumes_and_matches_unbatched_greedy(smollm2, tmp_path):
+    model, tokenizer = smollm2
+    out = tmp_path / "data.jsonl"
+    first = D.generate_data("smollm2-135m", out, 2, max_new_tokens=4, batch_size=2, progress=False)
+    assert (first.n_prompts, first.generated) == (2, 2)
+    with open(out, "ab") as f:
+        f.write(b'{"prompt_index": 7, "ids"')  # torn by an interruption
+    again = D.generate_data("smollm2-135m", out, 3, max_new_tokens=4, batch_size=2, progress=False,
+                            model=model, tokenizer=tokenizer)
+    assert again.generated == 1
+    records = D.read_records(out)
+    assert sorted(r["prompt_index"] for r in records) == [0, 1, 2]  # batches go by prompt length
+    prompts = D.training_prompt_records(3, seed=0)
+    ids_of = {r["prompt_index"]: r for r in records}
+    assert len(ids_of[0]["ids"][: ids_of[0]["n_prompt"]]) != len(ids_of[1]["ids"][: ids_of[1]["n_prompt"]])  # padded
+    eos = tokenizer.eos_token_id
+    for i, r in ids_of.items():
+        assert r["prompt"] == prompts[i].text and r["source"] == prompts[i].source
+        prompt_ids, response = r["ids"][: r["n_prompt"]], r["ids"][r["n_prompt"] :]
+        assert prompt_ids == D.chat_ids(tokenizer, r["prompt"])  # no padding in front
+        assert 1 <= len(response) <= 4 and eos not in response[:-1]  # nothing after an eos
+        text = tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
+                                             tokenize=False)
+        assert tokenizer.decode(r["ids"]) == text + tokenizer.decode(response)
+    # the batch mate with the shorter prompt was left-padded: its answer must equal plain greedy
+    short = min(ids_of.values(), key=lambda r: r["n_prompt"])
+    ids = torch.tensor([short["ids"][: short["n_prompt"]]])
+    plain = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=4,
+                           pad_token_id=eos)[0, ids.shape[1] :].tolist()
+    cut = next((j + 1 for j, t in enumerate(plain) if t == eos), len(plain))
+    assert short["ids"][short["n_prompt"] :] == plain[:cut]
+    # complete: nothing to do, and other settings are refused
+    assert D.generate_data("smollm2-135m", out, 3, max_new_tokens=4, progress=False).generated == 0
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        D.generate_data("smollm2-135m", out, 3, max_new_tokens=5, progress=False)
+
+
+def test_stdlib_text_sequences(smollm2, tmp_path):
+    _, tokenizer = smollm2
+    seqs = D.stdlib_text_sequences(tokenizer, 300, 128)
+    assert [len(s) for s in seqs] == [128, 128, 44]
+    assert seqs == D.stdlib_text_sequences(tokenizer, 300, 128)
+    path = tmp_path / "d.jsonl"
+    assert D.append_text_sequences(path, tokenizer, 300, 128) == 3
+    assert D.append_text_sequences(path, tokenizer, 300, 128) == 0  # once
+    assert [r["ids"] for r in D.read_records(path)] == seqs
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands
+# ---------------------------------------------------------------------------------------------
+
+
+def test_train_drafter_options_cover_the_config():
+    fields = {f.name for f in dataclasses.fields(TrainDrafterConfig)}
+    assert set(TRAIN_HELP) | set(TRAIN_REQUIRED) == fields
+    args = build_parser().parse_args(["train-drafter", "--target", "t", "--data", "d", "--out", "o",
+                                      "--mask-token-id", "3", "--target-layer-ids", "1,4", "--gamma", "2.5"])
+    assert args.target_layer_ids == (1, 4) and args.gamma == 2.5 and args.mask_token_id == 3
+    for f in dataclasses.fields(TrainDrafterConfig):
+        if f.name not in TRAIN_REQUIRED and f.name not in ("target_layer_ids", "gamma"):
+            assert getattr(args, f.name) == f.default, f.name
+    gen = build_parser().parse_args(["gen-data", "--target", "t", "--out", "o", "--prompts", "5"])
+    assert (gen.max_new_tokens, gen.batch_size, gen.dtype, gen.seed) == (256, 8, "float32", 0)
+
+
+def test_train_drafter_without_mask_token_suggests_candidates(capsys, tmp_path):
+    assert main(["train-drafter", "--target", "smollm2-135m", "--data", str(tmp_path / "d"),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--mask-token-id is required" in err and "'<repo_name>'" in err
+    assert "'<|im_end|>'" not in err  # eos is never offered
+
+
+def test_train_drafter_generates_data_once_then_trains(capsys, tmp_path):
+    data, out = tmp_path / "data.jsonl", tmp_path / "run"
+    argv = ["train-drafter", "--target", "smollm2-135m", "--data", str(data), "--out", str(out), "--prompts", "2",
+            "--gen-max-new-tokens", "4", "--mask-token-id", "3", "--block-size", "8", "--anchors-per-sequence", "4",
+            "--max-seq-len", "48", "--epochs", "1", "--eval-sequences", "1", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"drafter saved in {out / 'drafter'} (step 1 of 1)" in printed
+    assert '"eval_loss"' in printed.split("last evaluation:")[1]
+    assert (out / "drafter" / "config.json").is_file() and len(D.read_records(data)) == 2
+    before = data.read_bytes()
+    assert main(argv) == 0  # data reused, training already complete
+    assert data.read_bytes() == before
