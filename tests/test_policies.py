@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 import torch
+from marginals import random_marginals
 
 from taps.costmodel import LatencyProfile, ProfileInfo, default_profile
 from taps.lookup import ngram_continuations
@@ -20,11 +21,6 @@ from taps.policies import (
     taps,
 )
 from taps.scorer import Source
-
-
-def random_marginals(depth, vocab, seed, sharp=3.0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.softmax(sharp * torch.randn(depth, vocab, generator=g), dim=-1)
 
 
 def path_scores(tree, marginals):

@@ -3,6 +3,7 @@ reduction to DDTree with marginal scores and no depth cost."""
 
 import pytest
 import torch
+from marginals import random_marginals
 
 from taps.policies import TapsConfig, build_pool, ddtree, taps
 from taps.scorer import (
@@ -18,11 +19,6 @@ from taps.scorer import (
     scorer_loss,
     train_step,
 )
-
-
-def random_marginals(depth, vocab, seed, sharp=3.0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.softmax(sharp * torch.randn(depth, vocab, generator=g), dim=-1)
 
 
 def pool_and_features(seed, depth=4, vocab=30, k=4, n_pool=24):

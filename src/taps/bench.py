@@ -47,6 +47,7 @@ class BenchConfig:
     seed: int = 0  # the same sampling seed for every method on a given prompt
     spec_bench: str | None = None  # path of Spec-Bench's question.jsonl (for dataset spec-bench)
     categories: tuple[str, ...] = ()  # keep only these categories (empty = all)
+    turns: int | None = None  # ask at most this many turns of multi-turn prompts (None = all)
     assistant: str = "qwen2.5-coder-0.5b"  # assistant model of the hf-assisted peer
     block_len: int | None = None  # positions a test drafter proposes (None: 15)
     profile: str | None = None  # latency profile JSON (default: the one `taps profile` saved for target/dtype)
@@ -67,6 +68,8 @@ class BenchConfig:
             raise ValueError("budgets must be >= 1")
         if self.limit < 1 or self.max_new_tokens < 1:
             raise ValueError("limit and max_new_tokens must be >= 1")
+        if self.turns is not None and self.turns < 1:
+            raise ValueError("turns must be >= 1")
 
 
 @dataclass
@@ -112,7 +115,7 @@ def _conversation(session: Session, prompt: Prompt, answer: Callable[[list[int]]
     """Ask each turn after the model's own answers to the earlier ones (MT-Bench protocol)."""
     target = session.target
     messages, ids, texts, secs, extras = [], [], [], [], []
-    for turn in prompt.turns:
+    for turn in prompt.turns[: session.cfg.turns]:
         messages.append({"role": "user", "content": turn})
         new, seconds, extra = answer(target.encode_chat(messages))
         text = target.tokenizer.decode(new, skip_special_tokens=True)

@@ -99,7 +99,7 @@ def _bench(args) -> int:
         target=args.target, drafter=args.drafter, methods=args.methods, datasets=args.datasets, limit=args.limit,
         temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
-        profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup,
+        profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup, turns=args.turns,
     )  # fmt: skip
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
@@ -363,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
     b.add_argument("--spec-bench", default=None, help="path of Spec-Bench's question.jsonl (dataset spec-bench)")
     b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories (e.g. spec-bench's translation)")
+    b.add_argument("--turns", type=int, default=None, help="ask at most this many turns of multi-turn prompts (all)")
     b.add_argument("--limit", type=int, default=10, help="prompts per dataset, per category for spec-bench (10)")
     b.add_argument("--temperatures", type=_csv(float), default=(0.0,), help="comma-separated (0)")
     b.add_argument("--budgets", type=_csv(int), default=(16,), help="tree budgets of the speculative methods (16)")
