@@ -18,6 +18,7 @@ from taps.policies import (
     cost_aware,
     ddtree,
     default_config,
+    configure_policy,
     taps,
 )
 from taps.scorer import Source
@@ -299,3 +300,18 @@ def test_full_size_vocabulary(name):
     m = random_marginals(15, 151_936, 0, sharp=8.0)
     tree = POLICIES[name].configure(**({} if name == "ddtree" else {"profile": default_profile()}))(m, 0, 32)
     assert 1 <= tree.n_draft <= 32
+
+
+def test_ablation_variants_fix_their_options():
+    m = random_marginals(6, 20, 7)
+
+    class Flat:  # a scorer that would change the tree if the variant did not drop it
+        def q_cond(self, pool, marginals):
+            return torch.full((pool.n,), 0.5)
+
+    plain = POLICIES["taps"].configure(profile=STEP)
+    noscorer = configure_policy("taps-noscorer", profile=STEP, scorer=Flat())
+    assert paths(noscorer(m, 0, 12)) == paths(plain(m, 0, 12))
+    fixed = configure_policy("taps-fixed", profile=STEP)
+    assert fixed(m, 0, 12).n_draft == 12  # no throughput cut: the budget is filled
+    assert not POLICIES["taps-nolookup"].accepts_paths and POLICIES["taps"].accepts_paths

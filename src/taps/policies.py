@@ -40,6 +40,7 @@ class Policy:
     doc: str  # one line for --help and `taps methods`
     config_type: type | None = None  # the frozen config dataclass `select` takes as `config=`; None = no options
     accepts_paths: bool = False  # `select` takes `extra_paths=` (candidates from n-gram lookup, section 3.4 + issue 4)
+    overrides: tuple[tuple[str, object], ...] = ()  # options an ablation variant fixes; they win over given ones
 
     def configure(self, **options) -> PolicyFn:
         """`select` with its config built from `options`, e.g.
@@ -48,7 +49,7 @@ class Policy:
             if options:
                 raise ValueError(f"method {self.name!r} takes no options, got {sorted(options)}")
             return self.select
-        return partial(self.select, config=self.config_type(**options))
+        return partial(self.select, config=self.config_type(**{**options, **dict(self.overrides)}))
 
 
 POLICIES: dict[str, Policy] = {}
@@ -327,3 +328,29 @@ def taps(
     index[0] = 0
     tokens = pool.tokens.tolist()
     return Tree.from_lists([root] + [tokens[v] for v in admitted], [-1] + [index[parents[v]] for v in admitted])
+
+
+@cache
+def _variant_default(config_type: type, overrides: tuple[tuple[str, object], ...]):
+    return config_type(**dict(overrides))
+
+
+def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None = None, **overrides) -> None:
+    """An ablation of `base` under its own --method name, so a benchmark runs both side by side:
+    the same selection with some options fixed (and, optionally, without lookup candidates)."""
+    b = POLICIES[base]
+    fixed = tuple(sorted(overrides.items()))
+
+    def select(marginals: torch.Tensor, root: int, budget: int, *, config=None, **kwargs) -> Tree:
+        return b.select(marginals, root, budget, config=config or _variant_default(b.config_type, fixed), **kwargs)
+
+    paths = b.accepts_paths if accepts_paths is None else accepts_paths
+    POLICIES[name] = Policy(name, select, b.needs_draft, doc, b.config_type, paths, fixed)
+
+
+register_variant("taps-noscorer", "taps", "TAPS ablation: plain marginals as q_cond instead of the learned scorer",
+                 scorer=None)
+register_variant("taps-fixed", "taps", "TAPS ablation: no throughput cut, the tree fills the budget",
+                 throughput=False, profile=None)
+register_variant("taps-nolookup", "taps", "TAPS ablation: no n-gram lookup candidates in the pool", accepts_paths=False)
+
