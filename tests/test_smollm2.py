@@ -74,3 +74,10 @@ def test_cli_reports_bad_input_clearly():
     )
     assert proc.returncode == 2
     assert "taps: error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_without_a_drafter_names_the_choices(monkeypatch, tmp_path):
+    from taps import cli, drafters
+
+    monkeypatch.setattr(drafters, "SHIPPED", tmp_path)  # as if taps shipped no drafter for the target
+    assert cli.main(["generate", "--method", "chain", "--prompt", "hi"]) == 2

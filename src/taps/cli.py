@@ -42,6 +42,19 @@ def _policy_options(args) -> dict:
     return {"profile": profile, "scorer": scorer}
 
 
+def _drafter_or_default(args) -> str:
+    """--drafter, else the drafter taps ships for --target; a clear error when there is neither."""
+    from taps.drafters import DRAFTERS, default_drafter
+
+    drafter = args.drafter or default_drafter(args.target)
+    if drafter is None:
+        raise ValueError(
+            f"taps ships no drafter for {args.target!r}: pass --drafter (a trained drafter folder, or a test "
+            f"drafter: {', '.join(DRAFTERS)})"
+        )
+    return drafter
+
+
 def _generate(args) -> int:
     from taps.assets import load_model
     from taps.decode import DecodeConfig, generate
@@ -60,8 +73,7 @@ def _generate(args) -> int:
     )
     select = configure_policy(args.method, **_policy_options(args))
     needs_draft = get_policy(args.method).needs_draft
-    if needs_draft and args.drafter is None:
-        raise SystemExit(f"method {args.method!r} needs --drafter (e.g. oracle, noisy, random)")
+    args.drafter = _drafter_or_default(args) if needs_draft else None
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
     target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if needs_draft else ())
@@ -94,9 +106,10 @@ def _bench(args) -> int:
     from pathlib import Path
 
     from taps.bench import BenchConfig, format_table, run_bench, summarize, write_spec_bench_answers
+    from taps.drafters import default_drafter
 
     cfg = BenchConfig(
-        target=args.target, drafter=args.drafter, methods=args.methods, datasets=args.datasets, limit=args.limit,
+        target=args.target, drafter=args.drafter or default_drafter(args.target), methods=args.methods, datasets=args.datasets, limit=args.limit,
         temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
         profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup, turns=args.turns,

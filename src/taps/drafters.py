@@ -12,6 +12,7 @@ The test drafters below exercise the engine with known acceptance: `oracle` acce
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
@@ -143,6 +144,15 @@ DRAFTERS: dict[str, DrafterEntry] = {
     "random": DrafterEntry(RandomDrafter, "test drafter: random marginals (rejects almost everything)"),
     "noisy": DrafterEntry(NoisyDrafter, "test drafter: the oracle plus noise (partly accepted)"),
 }
+
+
+SHIPPED = Path(__file__).parent / "shipped"  # trained drafters that ship with taps, one folder per packaged target
+
+
+def default_drafter(target: str) -> str | None:
+    """The shipped drafter of a packaged target (its folder), or None when taps ships none."""
+    folder = SHIPPED / target
+    return str(folder) if (folder / "config.json").is_file() else None
 
 
 def drafter_feature_layers(name: str) -> tuple[int, ...]:

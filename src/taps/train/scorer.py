@@ -1,0 +1,437 @@
+"""Training the TAPS edge scorer (method.md 3.4e): record verification traces, then fit.
+
+Recording. Each training prompt is decoded with the drafter, and every round the candidate pool
+of 3.4a (`taps.policies.build_pool`: top-K per depth, best-first to N_pool nodes, plus n-gram
+lookup paths as in decoding) is verified AS THE ROUND'S TREE. The pool is prefix-closed, so this
+is an ordinary (if large) verification and decoding stays lossless (at temperature 0 in float32
+the recorded output is plain greedy decoding). Verifying the whole pool, not the tree a policy
+would pick from it, is what makes every pool edge labelled: the target's logits at every pool
+node u give p_u = SamplingConfig.probs(logits[u]), and each child c of u is labelled with
+p_u[token(c)] (temperature > 0) or 1[argmax = token(c)] (temperature 0); "none" is the rest of
+the mass, left to `scorer_loss`. The accepted path of that verification labels "reached": a node
+of any tree drawn from the pool is reached exactly when it lies on the pool's accepted path (the
+same draws, walked in a subtree, stop at the first node the subtree lacks).
+
+A round is stored as a `ScorerExample` (the pool's `EdgeFeatures`, which need only the per-depth
+entropy of the marginals, never the [L, vocab] marginals, and its `ScorerLabels`); one
+safetensors file per prompt under `out/traces/`, so recording resumes per prompt and a larger
+prompt count only adds files.
+
+Training. `EdgeScorer` with `taps.scorer.train_step` (AdamW) on pools of the training prompts;
+the traces of `eval_prompts` prompts (chosen by seed) are held out, and `out/log.jsonl` gets one
+line per epoch (epoch 0 = before training, i.e. the plain marginal scorer) with the held-out
+loss and a calibration pair: mean predicted q_reach vs the actual on-path rate over held-out
+pool nodes. The scorer is saved with `EdgeScorer.save(out/scorer)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from taps.scorer import (
+    CandidatePool,
+    EdgeFeatures,
+    EdgeScorer,
+    ScorerConfig,
+    ScorerExample,
+    ScorerLabels,
+    depth_entropy,
+    log_reach,
+    scorer_loss,
+    train_step,
+)
+from taps.verify import SamplingConfig, Verdict
+
+if TYPE_CHECKING:
+    from taps.drafters import Drafter
+    from taps.target import Target
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+TRACE_DIR = "traces"  # one safetensors file per prompt, and meta.json (the recording settings)
+SCORER_DIR = "scorer"  # EdgeScorer.save layout
+LOG_FILE = "log.jsonl"  # one line per epoch
+TRACE_FORMAT = "taps-scorer-trace"
+TRACE_VERSION = 1
+FEATURE_FIELDS = ("parents", "parent_tokens", "tokens", "depths", "sources", "logq", "entropy", "child_entropy")
+LABEL_FIELDS = ("target_prob", "labelled", "accepted", "accepted_known")
+# fields that shape the recorded traces: a rerun with other values must not reuse them
+RECORD_FIELDS = ("target", "drafter", "block_len", "prompt_seed", "chat_template", "temperature", "top_k", "top_p",
+                 "max_new_tokens", "k", "pool_size", "lookup", "dtype", "seed")
+
+
+@dataclass(frozen=True)
+class TrainScorerConfig:
+    target: str  # the target: packaged model name, folder or hub id (a label only when a Target is passed in)
+    drafter: str  # a trained drafter folder or a test drafter name (oracle, noisy, random)
+    out: str  # output folder: traces/ (reused), scorer/ (EdgeScorer.save), log.jsonl
+    prompts: int = 64  # training prompts (taps.train.data.training_prompts: never evaluation prompts)
+    prompt_seed: int = 0  # which training prompts (the seed of training_prompts)
+    chat_template: bool = True  # prompts go through the target's chat template
+    block_len: int | None = None  # positions a test drafter proposes per round; None = its default (a trained one has its own)
+    temperature: float = 0.0  # of the recorded decoding: 0 = greedy (one-hot labels), > 0 = sampled (probability labels)
+    top_k: int = 0  # sampling top-k of the labels' distribution; 0 = off
+    top_p: float = 1.0  # sampling top-p of the labels' distribution; 1 = off
+    max_new_tokens: int = 128  # tokens decoded per prompt while recording
+    k: int = 8  # pool: top-K tokens per depth (TapsConfig.k)
+    pool_size: int = 128  # pool: most drafter nodes, N_pool (TapsConfig.pool_size); every one is verified each round
+    lookup: bool = True  # pool: add n-gram lookup continuations, as decoding does (the scorer learns the source)
+    dtype: str = "float32"  # the target's weights while recording: float32 (exact labels) or bfloat16
+    eval_prompts: int = 4  # prompts (chosen by seed) whose traces are held out for the per-epoch evaluation
+    epochs: int = 10  # passes over the training pools
+    batch_pools: int = 32  # pools (rounds) per optimizer step
+    lr: float = 3e-3  # AdamW learning rate
+    weight_decay: float = 0.01  # AdamW weight decay
+    bce_weight: float = 1.0  # weight of the q_reach calibration BCE next to the sibling KL (scorer_loss)
+    buckets: int = 4096  # scorer: rows of the hashed token embedding (ScorerConfig.buckets)
+    hidden: int = 64  # scorer: width of the edge and none MLPs (ScorerConfig.hidden)
+    seed: int = 0  # sampling draws while recording (temperature > 0), held-out split, batch order, scorer init
+    progress: bool = True  # show progress bars
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name in ("prompts", "max_new_tokens", "k", "pool_size", "epochs", "batch_pools", "buckets", "hidden"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_prompts < 0 or self.prompt_seed < 0 or self.seed < 0:
+            raise ValueError("eval_prompts, prompt_seed and seed must be >= 0")
+        if self.block_len is not None and self.block_len < 1:
+            raise ValueError(f"block_len must be >= 1, got {self.block_len}")
+        if not (self.lr > 0 and self.weight_decay >= 0 and self.bce_weight >= 0):
+            raise ValueError("need lr > 0, weight_decay >= 0 and bce_weight >= 0")
+        self.sampling  # validates temperature, top_k, top_p
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.temperature, self.top_k, self.top_p)
+
+    def record_settings(self) -> dict:
+        """What the traces depend on (the seed only draws samples at temperature > 0)."""
+        out = {name: getattr(self, name) for name in RECORD_FIELDS}
+        if self.temperature == 0:
+            del out["seed"]
+        return out
+
+
+HELP = {  # one line per TrainScorerConfig option of `taps train-scorer`
+    "prompts": "training prompts to record (never evaluation prompts; a larger N later adds traces)",
+    "prompt_seed": "which training prompts (seed of the prompt mix)",
+    "chat_template": "prompts go through the target's chat template",
+    "block_len": "positions a test drafter proposes per round (default: the drafter's)",
+    "temperature": "recorded decoding: 0 = greedy, one-hot labels; > 0 = sampled, probability labels",
+    "top_k": "sampling top-k of the labels' distribution; 0 = off",
+    "top_p": "sampling top-p of the labels' distribution; 1 = off",
+    "max_new_tokens": "tokens decoded per prompt while recording",
+    "k": "pool: top-K tokens per depth",
+    "pool_size": "pool: most drafter nodes, all verified each recorded round",
+    "lookup": "pool: n-gram lookup candidates, as in decoding",
+    "dtype": "target weights while recording (float32 gives exact labels)",
+    "eval_prompts": "prompts whose traces are held out for evaluation",
+    "epochs": "passes over the training pools",
+    "batch_pools": "pools per optimizer step",
+    "lr": "AdamW learning rate",
+    "weight_decay": "AdamW weight decay",
+    "bce_weight": "weight of the q_reach calibration BCE next to the sibling KL",
+    "buckets": "scorer: hashed token embedding rows",
+    "hidden": "scorer: MLP width",
+    "seed": "sampling draws (temperature > 0), held-out split, batch order, scorer init",
+    "progress": "progress bars",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trace:
+    """One prompt's recorded decoding: a ScorerExample per round that drafted a pool."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]  # generated ids (stop token included when one ended the run)
+    examples: list[ScorerExample]  # one per pool round
+    round_starts: list[int]  # per example: committed ids (prompt + generated) when its round began; root = the last
+    accepted_per_round: list[int]  # drafted tokens accepted each round (all rounds, pool or not)
+
+
+def pool_labels(pool: CandidatePool, logits: torch.Tensor, verdict: Verdict, sampling: SamplingConfig) -> ScorerLabels:
+    """Exact labels of every pool edge from one verification of the whole pool.
+
+    logits [n, vocab]: row u = the target's next-token logits after pool node u. Child c of u gets
+    p_u[token(c)] (1[argmax_u == token(c)] at temperature 0, argmax as `verify` takes it). Every
+    node is labelled (its distribution is known) and every node's "on the accepted path" is known.
+    """
+    n = pool.n
+    child = torch.arange(1, n)
+    parent = pool.parents[1:]
+    target_prob = torch.ones(n)  # the root has no parent edge: never read
+    if n > 1:
+        rows = parent.unique()  # only nodes with children need their distribution
+        row_of = torch.full((n,), -1, dtype=torch.long).index_copy(0, rows, torch.arange(rows.shape[0]))
+        if sampling.greedy:
+            best = logits[rows].argmax(dim=-1)  # [rows]
+            target_prob[child] = (best[row_of[parent]] == pool.tokens[child]).float()
+        else:
+            probs = sampling.probs(logits[rows])  # [rows, vocab]
+            target_prob[child] = probs[row_of[parent], pool.tokens[child]]
+    accepted = torch.zeros(n)
+    accepted[0] = 1.0
+    accepted[torch.tensor(verdict.accepted, dtype=torch.long)] = 1.0
+    every = torch.ones(n, dtype=torch.bool)
+    return ScorerLabels(target_prob=target_prob, labelled=every, accepted=accepted, accepted_known=every.clone())
+
+
+def record_trace(
+    target: "Target", drafter: "Drafter", prompt_ids: Sequence[int], cfg: TrainScorerConfig,
+    generator: torch.Generator | None = None, stop_ids: Sequence[int] | None = None,
+) -> Trace:
+    """Decode `prompt_ids` verifying each round's whole candidate pool; label every pool edge.
+
+    This is the round loop of `taps.decode.generate` (same prefill, remaining-token limits, draft,
+    lookup candidates, verify, commit, stop rule) with one difference: the tree verified is the
+    whole pool, not a policy's pick from it, so that the target's distribution is known at every
+    pool node. The output is therefore still exact (any prefix-closed tree is), only with other
+    round boundaries than `generate` with the taps policy would have. No timing, no policy call.
+    `stop_ids` None = the model's EOS ids.
+    """
+    from taps.decode import check_drafter, check_prompt, default_stop_ids
+    from taps.lookup import ngram_continuations
+    from taps.policies import CandidatePath, build_pool
+    from taps.tree import Tree
+    from taps.verify import verify
+
+    check_prompt(target, prompt_ids)
+    check_drafter(target, drafter)
+    sampling = cfg.sampling
+    stop = set(default_stop_ids(target) if stop_ids is None else stop_ids)
+    ids = list(prompt_ids)
+    features = target.prefill(ids[:-1])  # the root (ids[-1]) enters with the first round
+    drafter.start(ids)
+    trace = Trace(list(prompt_ids), [], [], [], [])
+    done = False
+    while not done:
+        remaining = min(cfg.max_new_tokens - len(trace.token_ids), target.max_positions - len(ids))
+        if remaining <= 0:
+            break
+        pool = None
+        tree = Tree.root_only(ids[-1])
+        if remaining > 1:
+            marginals = drafter.draft(ids, features)[: remaining - 1]  # [depth, vocab]
+            extra = [CandidatePath(p) for p in ngram_continuations(ids)] if cfg.lookup else []
+            pool = build_pool(marginals, ids[-1], cfg.k, cfg.pool_size, extra)
+            tree = Tree(pool.tokens, pool.parents, pool.depths)  # the whole pool is the round's tree
+        out = target.forward_tree(tree)
+        verdict = verify(tree, out.logits, sampling, generator)
+        if pool is not None:
+            trace.examples.append(ScorerExample(EdgeFeatures.from_pool(pool, depth_entropy(marginals)),
+                                                pool_labels(pool, out.logits, verdict, sampling)))
+            trace.round_starts.append(len(ids))
+        keep = [0] + verdict.accepted
+        target.commit(keep, tree.n_nodes)
+        features = out.features[keep] if out.features is not None else None
+        committed = 0
+        for tok in tree.tokens[verdict.accepted].tolist() + [verdict.bonus]:
+            ids.append(tok)
+            trace.token_ids.append(tok)
+            committed += 1
+            if tok in stop:
+                done = True
+                break
+        trace.accepted_per_round.append(committed - 1)
+    return trace
+
+
+def _prompt_key(prompt: str | Sequence[int]) -> str:
+    text = prompt if isinstance(prompt, str) else json.dumps([int(t) for t in prompt])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def save_trace(trace: Trace, path: str | os.PathLike, prompt_key: str = "") -> None:
+    """One safetensors file (atomic: written aside, then renamed); the pools are concatenated."""
+    path = Path(path)
+    ex = trace.examples
+    tensors = {"sizes": torch.tensor([e.features.tokens.shape[0] for e in ex], dtype=torch.long)}
+    for name in FEATURE_FIELDS:
+        tensors["f." + name] = torch.cat([getattr(e.features, name) for e in ex]) if ex else torch.zeros(0)
+    for name in LABEL_FIELDS:
+        tensors["l." + name] = torch.cat([getattr(e.labels, name) for e in ex]) if ex else torch.zeros(0)
+    for name in ("prompt_ids", "token_ids", "round_starts", "accepted_per_round"):
+        tensors[name] = torch.tensor(getattr(trace, name), dtype=torch.long)
+    meta = {"format": TRACE_FORMAT, "version": str(TRACE_VERSION), "prompt_key": prompt_key}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+
+
+def trace_prompt_key(path: str | os.PathLike) -> str:
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    if meta.get("format") != TRACE_FORMAT or meta.get("version") != str(TRACE_VERSION):
+        raise ValueError(f"{path} is not a {TRACE_FORMAT} v{TRACE_VERSION} file")
+    return meta.get("prompt_key", "")
+
+
+def load_trace(path: str | os.PathLike) -> Trace:
+    trace_prompt_key(path)  # checks the format
+    with safe_open(str(path), "pt") as f:
+        t = {k: f.get_tensor(k) for k in f.keys()}
+    sizes = t["sizes"].tolist()
+    examples = []
+    for parts in zip(*(t["f." + n].split(sizes) for n in FEATURE_FIELDS),
+                     *(t["l." + n].split(sizes) for n in LABEL_FIELDS)):
+        features = EdgeFeatures(*parts[: len(FEATURE_FIELDS)])
+        examples.append(ScorerExample(features, ScorerLabels(*parts[len(FEATURE_FIELDS):])))
+    return Trace(t["prompt_ids"].tolist(), t["token_ids"].tolist(), examples, t["round_starts"].tolist(),
+                 t["accepted_per_round"].tolist())
+
+
+def _check_settings(folder: Path, settings: dict) -> None:
+    meta = folder / "meta.json"
+    if meta.exists():
+        old = json.loads(meta.read_text())
+        changed = sorted(k for k in settings if old.get(k) != settings[k])
+        if changed:
+            raise ValueError(f"{folder} holds traces recorded with other settings ({', '.join(changed)} differ: "
+                             f"{ {k: old.get(k) for k in changed} }); use them or choose another --out")
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def record_traces(
+    cfg: TrainScorerConfig, prompts: Sequence[str | Sequence[int]] | None = None,
+    target: "Target | None" = None, drafter: "Drafter | None" = None,
+) -> list[Trace]:
+    """The traces of every prompt, recorded into out/traces/ where missing, else read back.
+
+    prompts: texts (encoded with the target's chat template unless chat_template=False) or token
+    ids; None = `training_prompts(cfg.prompts, cfg.prompt_seed)`. target/drafter: None = loaded
+    from cfg.target / cfg.drafter (only if some trace is missing)."""
+    from tqdm import tqdm
+
+    if prompts is None:
+        from taps.train.data import check_no_eval_overlap, training_prompts
+
+        prompts = training_prompts(cfg.prompts, cfg.prompt_seed)
+        check_no_eval_overlap(prompts)
+    folder = Path(cfg.out) / TRACE_DIR
+    _check_settings(folder, cfg.record_settings())
+    paths = [folder / f"prompt-{i:05d}.safetensors" for i in range(len(prompts))]
+    keys = [_prompt_key(p) for p in prompts]
+    for i, (path, key) in enumerate(zip(paths, keys)):
+        if path.exists() and trace_prompt_key(path) != key:
+            raise ValueError(f"{path} holds the trace of another prompt {i}; choose another --out")
+    missing = [i for i, path in enumerate(paths) if not path.exists()]
+    if missing:
+        if target is None:
+            from taps.assets import load_model
+            from taps.drafters import drafter_feature_layers
+            from taps.target import Target
+
+            model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
+            target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter))
+        if drafter is None:
+            from taps.drafters import make_drafter
+
+            drafter = make_drafter(cfg.drafter, target, block_len=cfg.block_len)
+        for i in tqdm(missing, disable=not cfg.progress, desc="record traces", unit="prompt"):
+            p = prompts[i]
+            ids = target.encode(p, chat=cfg.chat_template) if isinstance(p, str) else [int(t) for t in p]
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + i)
+            save_trace(record_trace(target, drafter, ids, cfg, gen), paths[i], keys[i])
+    return [load_trace(path) for path in paths]
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(scorer: EdgeScorer, examples: Sequence[ScorerExample], bce_weight: float = 1.0) -> dict[str, float]:
+    """Held-out loss terms and calibration: mean predicted q_reach vs the on-path rate, over
+    every non-root pool node (all are labelled in recorded traces)."""
+    f = EdgeFeatures.concat([ex.features for ex in examples])
+    labels = ScorerLabels.concat([ex.labels for ex in examples])
+    log_q, log_none = scorer(f)
+    loss = scorer_loss(log_q, log_none, f, labels, bce_weight)
+    known = labels.accepted_known & (f.parents >= 0)
+    reach = log_reach(log_q, f.parents, f.depths).exp()[known]
+    return {"loss": loss.total.item(), "kl": loss.kl.item(), "bce": loss.bce.item(),
+            "mean_q_reach": reach.mean().item(), "on_path_rate": labels.accepted[known].float().mean().item()}
+
+
+@dataclass(frozen=True)
+class TrainScorerResult:
+    scorer_dir: Path  # EdgeScorer.load(scorer_dir)
+    log_path: Path  # one JSON line per epoch
+    train_pools: int  # pools trained on
+    eval_pools: int  # held-out pools
+    last: dict  # the last log line
+
+
+def split_prompts(n: int, n_held_out: int, seed: int) -> tuple[list[int], list[int]]:
+    """(train, held-out) prompt indices; the held-out ones chosen by seed."""
+    if n_held_out >= n:
+        raise ValueError(f"eval_prompts={n_held_out} holds out all {n} prompts: nothing to train on")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return sorted(order[n_held_out:]), sorted(order[:n_held_out])
+
+
+def train_scorer(
+    cfg: TrainScorerConfig, *, prompts: Sequence[str | Sequence[int]] | None = None,
+    target: "Target | None" = None, drafter: "Drafter | None" = None,
+) -> TrainScorerResult:
+    """Record traces (once; reused when present), train an EdgeScorer, save it to out/scorer.
+
+    prompts/target/drafter: see `record_traces` (given prompts replace cfg.prompts/prompt_seed).
+    The log is rewritten each run: it describes the scorer saved."""
+    from tqdm import tqdm
+
+    traces = record_traces(cfg, prompts, target, drafter)
+    train_idx, eval_idx = split_prompts(len(traces), cfg.eval_prompts, cfg.seed)
+    train = [ex for i in train_idx for ex in traces[i].examples]
+    held = [ex for i in eval_idx for ex in traces[i].examples]
+    if not train:
+        raise ValueError("the training prompts gave no pools (max_new_tokens too small?)")
+    torch.manual_seed(cfg.seed)
+    scorer = EdgeScorer(ScorerConfig(buckets=cfg.buckets, hidden=cfg.hidden))
+    optimizer = torch.optim.AdamW(scorer.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    out = Path(cfg.out)
+    log_path = out / LOG_FILE
+    log_path.write_text("")
+    line: dict = {}
+    start = time.perf_counter()
+    for epoch in tqdm(range(cfg.epochs + 1), disable=not cfg.progress, desc="train scorer", unit="epoch"):
+        line = {"epoch": epoch, "train_pools": len(train), "eval_pools": len(held)}
+        if epoch > 0:  # epoch 0: the untrained scorer, i.e. the plain marginals
+            scorer.train()
+            order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch))
+            totals = {"loss": 0.0, "kl": 0.0, "bce": 0.0}
+            batches = [order[j : j + cfg.batch_pools].tolist() for j in range(0, len(train), cfg.batch_pools)]
+            for batch in batches:
+                step = train_step(scorer, optimizer, [train[i] for i in batch], cfg.bce_weight)
+                for key in totals:
+                    totals[key] += step[key] / len(batches)
+            line.update({f"train_{k}": v for k, v in totals.items()})
+        scorer.eval()
+        if held:
+            line.update({f"eval_{k}": v for k, v in evaluate(scorer, held, cfg.bce_weight).items()})
+        line["seconds"] = round(time.perf_counter() - start, 3)
+        with open(log_path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+    scorer_dir = out / SCORER_DIR
+    scorer.save(scorer_dir)
+    return TrainScorerResult(scorer_dir, log_path, len(train), len(held), line)
+
