@@ -318,6 +318,49 @@ def _add_train_drafter(sub) -> None:
     t.set_defaults(func=_train_drafter)
 
 
+def _train_scorer(args) -> int:
+    import dataclasses
+
+    from taps.train.scorer import HELP, TrainScorerConfig, train_scorer
+
+    fields = {name: getattr(args, name) for name in HELP}
+    for f in dataclasses.fields(TrainScorerConfig):
+        if str(f.type) == "bool":  # the options are --no-... flags
+            fields[f.name] = not fields[f.name]
+    cfg = TrainScorerConfig(target=args.target, drafter=args.drafter, out=args.out, **fields)
+    result = train_scorer(cfg)
+    print(f"scorer saved in {result.scorer_dir} ({result.train_pools} training pools, {result.eval_pools} held out); "
+          f"use it with --method taps --scorer {result.scorer_dir}")
+    print(f"last log line ({result.log_path}): {json.dumps(result.last)}")
+    return 0
+
+
+def _add_train_scorer(sub) -> None:
+    import dataclasses
+
+    from taps.train.scorer import DTYPES as SCORER_DTYPES
+    from taps.train.scorer import HELP, TrainScorerConfig
+
+    t = sub.add_parser("train-scorer", help="record verification traces of a target and drafter, train the TAPS "
+                                            "edge scorer on them (method.md 3.4e)")
+    t.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
+    t.add_argument("--drafter", required=True, help="a trained drafter folder or a test drafter name")
+    t.add_argument("--out", required=True, help="run folder: traces/ (recorded once, then reused), scorer/, log.jsonl")
+    optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
+    for f in dataclasses.fields(TrainScorerConfig):
+        if f.name not in HELP:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if str(f.type) == "bool":  # the defaults are on: the flag turns them off
+            t.add_argument("--no-" + flag[2:], dest=f.name, action="store_true", help=HELP[f.name])
+            continue
+        kind = {"int": int, "float": float, "str": str, "int | None": optional_int}[str(f.type)]
+        extra = {"choices": list(SCORER_DTYPES)} if f.name == "dtype" else {}
+        text = HELP[f.name] if "default" in HELP[f.name] else f"{HELP[f.name]} ({f.default})"
+        t.add_argument(flag, type=kind, default=f.default, help=text, **extra)
+    t.set_defaults(func=_train_scorer)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from taps.drafters import DRAFTERS
     from taps.policies import POLICIES
@@ -395,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_gen_data(sub)
     _add_train_drafter(sub)
+    _add_train_scorer(sub)
     return p
 
 

@@ -77,8 +77,8 @@ class TrainScorerConfig:
     prompts: int = 64  # training prompts (taps.train.data.training_prompts: never evaluation prompts)
     prompt_seed: int = 0  # which training prompts (the seed of training_prompts)
     chat_template: bool = True  # prompts go through the target's chat template
-    block_len: int | None = None  # positions a test drafter proposes per round; None = its default (a trained one has its own)
-    temperature: float = 0.0  # of the recorded decoding: 0 = greedy (one-hot labels), > 0 = sampled (probability labels)
+    block_len: int | None = None  # a test drafter's positions per round; None = its default (a trained one has its own)
+    temperature: float = 0.0  # recorded decoding: 0 = greedy (one-hot labels), > 0 = sampled (probability labels)
     top_k: int = 0  # sampling top-k of the labels' distribution; 0 = off
     top_p: float = 1.0  # sampling top-p of the labels' distribution; 1 = off
     max_new_tokens: int = 128  # tokens decoded per prompt while recording
@@ -123,10 +123,10 @@ class TrainScorerConfig:
         return out
 
 
-HELP = {  # one line per TrainScorerConfig option of `taps train-scorer`
+HELP = {  # one line per TrainScorerConfig option of `taps train-scorer` (bool fields: their --no-... flag)
     "prompts": "training prompts to record (never evaluation prompts; a larger N later adds traces)",
     "prompt_seed": "which training prompts (seed of the prompt mix)",
-    "chat_template": "prompts go through the target's chat template",
+    "chat_template": "tokenize prompts as they are (no chat template)",
     "block_len": "positions a test drafter proposes per round (default: the drafter's)",
     "temperature": "recorded decoding: 0 = greedy, one-hot labels; > 0 = sampled, probability labels",
     "top_k": "sampling top-k of the labels' distribution; 0 = off",
@@ -134,7 +134,7 @@ HELP = {  # one line per TrainScorerConfig option of `taps train-scorer`
     "max_new_tokens": "tokens decoded per prompt while recording",
     "k": "pool: top-K tokens per depth",
     "pool_size": "pool: most drafter nodes, all verified each recorded round",
-    "lookup": "pool: n-gram lookup candidates, as in decoding",
+    "lookup": "pool: no n-gram lookup candidates (decoding adds them by default)",
     "dtype": "target weights while recording (float32 gives exact labels)",
     "eval_prompts": "prompts whose traces are held out for evaluation",
     "epochs": "passes over the training pools",
@@ -145,7 +145,7 @@ HELP = {  # one line per TrainScorerConfig option of `taps train-scorer`
     "buckets": "scorer: hashed token embedding rows",
     "hidden": "scorer: MLP width",
     "seed": "sampling draws (temperature > 0), held-out split, batch order, scorer init",
-    "progress": "progress bars",
+    "progress": "no progress bars",
 }
 
 
