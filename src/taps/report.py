@@ -231,3 +231,20 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report
+
+
+def plot_learning_curve(log: list[dict], tokens_per_step: float, path: Path) -> bool:
+    """Held-out accuracy of every block slot against training tokens, from a `train-drafter`
+    log.jsonl (its evaluation records); `tokens_per_step` converts steps into tokens."""
+    evals = [r for r in log if "eval_slot_acc" in r]
+    if not evals:
+        return False
+    fig, (ax,) = _panels(1, "drafter learning curve (held-out)")
+    tokens = [r["step"] * tokens_per_step for r in evals]
+    for slot in range(len(evals[-1]["eval_slot_acc"])):
+        ax.plot(tokens, [r["eval_slot_acc"][slot] for r in evals], marker=".", label=f"slot {slot + 1}")
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("top-1 accuracy")
+    ax.legend(fontsize=7)
+    FigureCanvasAgg(fig).print_png(str(path))
+    return True
