@@ -16,12 +16,13 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(TAPS) models fetch smollm2-135m
-	@echo "== plain autoregressive decoding (bfloat16, greedy) =="
-	$(TAPS) generate --target smollm2-135m --method ar --max-new-tokens 96 --prompt "$(PROMPT)"
-	@echo "== chain of 15 drafted tokens, oracle test drafter (accepts everything) =="
-	$(TAPS) generate --target smollm2-135m --method chain --drafter oracle --max-new-tokens 96 --prompt "$(PROMPT)"
-	@echo "== DDTree of 16 nodes, noisy test drafter (partly accepted) =="
-	$(TAPS) generate --target smollm2-135m --method ddtree --drafter noisy --budget 16 --max-new-tokens 96 --prompt "$(PROMPT)"
+	@echo "== measure this machine's verification latency (cost-aware tree sizes use it) =="
+	$(TAPS) profile --target smollm2-135m --dtype bfloat16 --sizes 0,1,3,7,11,15 --contexts 256 --repeats 3
+	@echo "== one answer with the shipped DFlash drafter (chain of 7) =="
+	$(TAPS) generate --target smollm2-135m --method chain --max-new-tokens 64 --prompt "$(PROMPT)"
+	@echo "== quick benchmark: 3 HumanEval prompts, 64 tokens, bfloat16, greedy (rerun: reuses runs/demo.jsonl) =="
+	$(TAPS) bench --target smollm2-135m --methods ar,chain,ddtree,taps --budgets 7 --datasets humaneval \
+		--limit 3 --max-new-tokens 64 --out runs/demo.jsonl
 
 test: $(STAMP)
 	$(VENV)/bin/pytest -q

@@ -153,9 +153,12 @@ def _profile(args) -> int:
     from taps.drafters import drafter_feature_layers, make_drafter
     from taps.target import Target
 
+    from taps.drafters import default_drafter
+
+    name = args.drafter or default_drafter(args.target)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
-    target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if args.drafter else ())
-    drafter = make_drafter(args.drafter, target) if args.drafter else None
+    target = Target(model, tokenizer, drafter_feature_layers(name) if name else ())
+    drafter = make_drafter(name, target) if name else None
     profile = measure_profile(target, drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
     out = Path(args.out) if args.out else profile_path(args.target, args.dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -400,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="measure verification latency t(n) and drafting cost on this machine")
     pr.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
     pr.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (default) or float32")
-    pr.add_argument("--drafter", default=None, help="also time this drafter's draft call (folder or test name)")
+    pr.add_argument("--drafter", default=None,
+                    help="time this drafter's draft call (folder or test name; default: the target's shipped drafter)")
     pr.add_argument("--sizes", type=_csv(int), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
                     help="tree sizes (drafted nodes) to time")
     pr.add_argument("--contexts", type=_csv(int), default=(128, 512), help="context lengths to time them at")
