@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from taps.datasets import GSM_SYMBOLIC_SEED
+from taps.train.settings import check_pinned
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -589,12 +590,7 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     meta = {"target": target_name, "seed": seed, "mix": dict(DEFAULT_MIX if mix is None else mix),
             "max_new_tokens": max_new_tokens, "dtype": dtype}
     meta_path = _meta_path(out_path)
-    if meta_path.exists():
-        old = json.loads(meta_path.read_text())
-        changed = sorted(k for k in meta if old.get(k) != meta[k])
-        if changed:
-            raise ValueError(f"{out_path} was generated with other settings ({', '.join(changed)} differ: "
-                             f"{ {k: old.get(k) for k in changed} }); use them or choose a new file")
+    check_pinned(meta_path, meta, f"{out_path} was generated", "use them or choose a new file")
     prompts = training_prompt_records(n_prompts, seed, mix)
     records = read_records(out_path, repair=True)
     done = set()

@@ -50,6 +50,7 @@ from taps.scorer import (
     scorer_loss,
     train_step,
 )
+from taps.train.settings import check_pinned
 from taps.verify import SamplingConfig, Verdict
 
 if TYPE_CHECKING:
@@ -298,13 +299,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
 
 def _check_settings(folder: Path, settings: dict) -> None:
     meta = folder / "meta.json"
-    if meta.exists():
-        old = json.loads(meta.read_text())
-        changed = sorted(k for k in settings if old.get(k) != settings[k])
-        if changed:
-            raise ValueError(f"{folder} holds traces recorded with other settings ({', '.join(changed)} differ: "
-                             f"{ {k: old.get(k) for k in changed} }); use them or choose another --out")
-    else:
+    check_pinned(meta, settings, f"{folder} holds traces recorded", "use them or choose another --out")
+    if not meta.exists():
         folder.mkdir(parents=True, exist_ok=True)
         meta.write_text(json.dumps(settings, indent=1) + "\n")
 
