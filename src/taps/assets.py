@@ -100,6 +100,8 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 
+# names a user may give for the compute dtype of loaded models
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 MARKER = "taps-complete.json"
 # Converted fp32 safetensors per GGUF byte: measured 5.5x (SmolLM2 Q4_1) to 6.4x (Qwen 1.5B
 # Q4_K_M); 7 leaves room for the tokenizer files and filesystem slack.

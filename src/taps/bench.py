@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 import torch
 import transformers
 
+from taps.assets import DTYPES, load_model
 from taps.datasets import Prompt, load_prompts
 from taps.decode import DecodeConfig, generate
 from taps.drafters import drafter_feature_layers, make_drafter
@@ -29,7 +30,6 @@ from taps.scorer import EdgeScorer
 from taps.target import Target
 from taps.verify import SamplingConfig
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 KEY_FIELDS = ("dataset", "prompt_id", "method", "budget", "temperature")
 
 
@@ -89,8 +89,6 @@ class Session:
     """Loaded models, shared by every method of a benchmark run."""
 
     def __init__(self, cfg: BenchConfig):
-        from taps.assets import load_model
-
         self.cfg = cfg
         model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
         self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
@@ -103,8 +101,6 @@ class Session:
     @property
     def assistant(self):
         if self._assistant is None:
-            from taps.assets import load_model
-
             self._assistant, tok = load_model(self.cfg.assistant, dtype=DTYPES[self.cfg.dtype])
             if tok.get_vocab() != self.target.tokenizer.get_vocab():
                 raise ValueError(f"the assistant {self.cfg.assistant} does not share the target's tokenizer")

@@ -8,7 +8,8 @@ import sys
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from taps.assets import DTYPES
+
 
 
 def _models(args) -> int:
@@ -274,7 +275,6 @@ def _train_drafter(args) -> int:
 
 
 def _add_gen_data(sub) -> None:
-    from taps.train.drafter import DTYPES as TRAIN_DTYPES
 
     d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
     d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
@@ -282,7 +282,7 @@ def _add_gen_data(sub) -> None:
     d.add_argument("--prompts", type=int, required=True, help="training prompts to answer (a larger N later adds more)")
     d.add_argument("--max-new-tokens", type=int, default=256, help="longest answer (256)")
     d.add_argument("--batch-size", type=int, default=8, help="prompts per left-padded generate call (8)")
-    d.add_argument("--dtype", choices=list(TRAIN_DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
+    d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
     d.add_argument("--seed", type=int, default=0, help="which training prompts, in which order (0)")
     d.add_argument("--text-tokens", type=int, default=0, help="also add N tokens of raw stdlib source (0)")
     d.add_argument("--text-seq-len", type=int, default=512, help="tokens per stdlib text sequence (512)")
@@ -292,7 +292,6 @@ def _add_gen_data(sub) -> None:
 def _add_train_drafter(sub) -> None:
     import dataclasses
 
-    from taps.train.drafter import DTYPES as TRAIN_DTYPES
     from taps.train.drafter import TrainDrafterConfig
 
     t = sub.add_parser("train-drafter", help="train (or resume) a DFlash drafter for a target on JSONL data")
@@ -306,7 +305,7 @@ def _add_train_drafter(sub) -> None:
                    help="first run `gen-data` for N prompts into --data (resumed, then reused)")
     t.add_argument("--gen-max-new-tokens", type=int, default=256, help="with --prompts: longest answer (256)")
     t.add_argument("--gen-batch-size", type=int, default=8, help="with --prompts: prompts per generate call (8)")
-    t.add_argument("--gen-dtype", choices=list(TRAIN_DTYPES), default="float32", help="with --prompts: float32 or bfloat16")
+    t.add_argument("--gen-dtype", choices=list(DTYPES), default="float32", help="with --prompts: float32 or bfloat16")
     t.add_argument("--gen-seed", type=int, default=0, help="with --prompts: which training prompts (0)")
     optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
     optional_float = lambda text: None if text.lower() == "none" else float(text)  # noqa: E731
@@ -315,7 +314,7 @@ def _add_train_drafter(sub) -> None:
             continue
         kind = {"int": int, "float": float, "str": str, "int | None": optional_int, "float | None": optional_float,
                 "tuple[int, ...] | None": _csv(int)}[str(f.type)]
-        extra = {"choices": list(TRAIN_DTYPES)} if f.name == "dtype" else {}
+        extra = {"choices": list(DTYPES)} if f.name == "dtype" else {}
         text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
         t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
     t.set_defaults(func=_train_drafter)
@@ -341,7 +340,6 @@ def _train_scorer(args) -> int:
 def _add_train_scorer(sub) -> None:
     import dataclasses
 
-    from taps.train.scorer import DTYPES as SCORER_DTYPES
     from taps.train.scorer import HELP, TrainScorerConfig
 
     t = sub.add_parser("train-scorer", help="record verification traces of a target and drafter, train the TAPS "
@@ -358,7 +356,7 @@ def _add_train_scorer(sub) -> None:
             t.add_argument("--no-" + flag[2:], dest=f.name, action="store_true", help=HELP[f.name])
             continue
         kind = {"int": int, "float": float, "str": str, "int | None": optional_int}[str(f.type)]
-        extra = {"choices": list(SCORER_DTYPES)} if f.name == "dtype" else {}
+        extra = {"choices": list(DTYPES)} if f.name == "dtype" else {}
         text = HELP[f.name] if "default" in HELP[f.name] else f"{HELP[f.name]} ({f.default})"
         t.add_argument(flag, type=kind, default=f.default, help=text, **extra)
     t.set_defaults(func=_train_scorer)

@@ -580,7 +580,7 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     import torch
     from tqdm import tqdm
 
-    from taps.train.drafter import DTYPES
+    from taps.assets import DTYPES
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")

@@ -28,13 +28,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from taps.assets import DTYPES
 from taps.dflash import DFlashConfig, DFlashDrafterModel, TargetInfo, save_drafter
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}  # published slot-weight decay per block size
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 STATE_FILE = "state.pt"  # resumable training state
 DRAFTER_DIR = "drafter"  # the latest drafter, DFlash layout
 LOG_FILE = "log.jsonl"  # one record per evaluation

@@ -38,6 +38,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from taps.assets import DTYPES
 from taps.scorer import (
     CandidatePool,
     EdgeFeatures,
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     from taps.drafters import Drafter
     from taps.target import Target
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TRACE_DIR = "traces"  # one safetensors file per prompt, and meta.json (the recording settings)
 SCORER_DIR = "scorer"  # EdgeScorer.save layout
 LOG_FILE = "log.jsonl"  # one line per epoch
