@@ -136,7 +136,7 @@ def test_a_few_steps_reduce_the_loss(model, sequences):
 
 def test_train_drafter_end_to_end(model, tmp_path, data_file):
     cfg = config(tmp_path, data_file)
-    result = train_drafter(cfg, target_model=model)
+    result = train_drafter(cfg, model=model)
     # 8 training sequences, 2 per step, 3 epochs
     assert result.step == result.total_steps == 12 and result.drafter_dir == tmp_path / "run" / "drafter"
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
@@ -156,10 +156,10 @@ def test_train_drafter_end_to_end(model, tmp_path, data_file):
 
 
 def test_resume_continues_where_it_stopped(model, tmp_path, data_file):
-    assert train_drafter(config(tmp_path, data_file, out=str(tmp_path / "a")), target_model=model).step == 12
-    first = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), stop_after_steps=5), target_model=model)
+    assert train_drafter(config(tmp_path, data_file, out=str(tmp_path / "a")), model=model).step == 12
+    first = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), stop_after_steps=5), model=model)
     assert first.step == 5 and first.total_steps == 12
-    resumed = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), target_model=model)
+    resumed = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), model=model)
     assert resumed.step == 12
     a = torch.load(tmp_path / "a" / "state.pt", weights_only=True)
     b = torch.load(tmp_path / "b" / "state.pt", weights_only=True)
@@ -169,16 +169,16 @@ def test_resume_continues_where_it_stopped(model, tmp_path, data_file):
     log_b = [json.loads(x) for x in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
     assert [r["eval_loss"] for r in log_a] == [r["eval_loss"] for r in log_b]
     # a finished run resumed again does nothing; other training settings are refused
-    assert train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), target_model=model).step == 12
+    assert train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), model=model).step == 12
     with pytest.raises(ValueError, match="lr differ"):
-        train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), lr=1e-3), target_model=model)
+        train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), lr=1e-3), model=model)
     data_file.write_text(data_file.read_text().replace("[", "[1, ", 1))
     with pytest.raises(ValueError, match="data_sha256 differ"):
-        train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), target_model=model)
+        train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), model=model)
 
 
 def test_a_crash_while_saving_leaves_the_last_checkpoint_whole(model, tmp_path, data_file, monkeypatch):
-    train_drafter(config(tmp_path, data_file, stop_after_steps=4), target_model=model)
+    train_drafter(config(tmp_path, data_file, stop_after_steps=4), model=model)
 
     def crash(obj, f):
         f.write(b"half a checkpoint")
@@ -186,18 +186,18 @@ def test_a_crash_while_saving_leaves_the_last_checkpoint_whole(model, tmp_path, 
 
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(KeyboardInterrupt):
-        train_drafter(config(tmp_path, data_file, stop_after_steps=8), target_model=model)
+        train_drafter(config(tmp_path, data_file, stop_after_steps=8), model=model)
     monkeypatch.undo()
     assert torch.load(tmp_path / "run" / "state.pt", weights_only=True)["step"] == 4
     assert not list((tmp_path / "run").glob("*.tmp"))
-    assert train_drafter(config(tmp_path, data_file), target_model=model).step == 12
+    assert train_drafter(config(tmp_path, data_file), model=model).step == 12
 
 
 def test_bfloat16_soft_labels_and_draft_vocabulary(tmp_path, data_file):
     model = tiny_model("qwen2")
     cfg = config(tmp_path, data_file, dtype="bfloat16", soft_label_weight=0.5, soft_label_top_k=8,
                  draft_vocab_size=40, epochs=2)
-    result = train_drafter(cfg, target_model=model)
+    result = train_drafter(cfg, model=model)
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert all(math.isfinite(r["eval_loss"]) for r in records)
     assert records[-1]["eval_loss"] < records[0]["eval_loss"]

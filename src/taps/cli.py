@@ -208,6 +208,9 @@ def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
 
 
 TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every field has an option)
+    "kind": "dflash: a new DFlash model reading target features; grown: a pretrained --base with LoRA adapters",
+    "base": "with --kind grown: the pretrained model grown into a drafter (e.g. qwen2.5-coder-0.5b)",
+    "lora_rank": "with --kind grown: rank of the LoRA adapters (alpha = 2 * rank)",
     "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
     "block_size": "root + drafted slots per block (published: 16)",
     "target_layer_ids": "comma-separated target layers read (default: one per drafter layer, spread from 1 to L-3)",
@@ -292,9 +295,9 @@ def _add_gen_data(sub) -> None:
 def _add_train_drafter(sub) -> None:
     import dataclasses
 
-    from taps.train.drafter import TrainDrafterConfig
+    from taps.train.drafter import KINDS, TrainDrafterConfig
 
-    t = sub.add_parser("train-drafter", help="train (or resume) a DFlash drafter for a target on JSONL data")
+    t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target on JSONL data")
     t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
     t.add_argument("--data", required=True, help='JSONL of {"ids": [...]} records (from `taps gen-data`)')
     t.add_argument("--out", required=True, help="run folder: state.pt (resume), drafter/, log.jsonl")
@@ -313,8 +316,8 @@ def _add_train_drafter(sub) -> None:
         if f.name in TRAIN_REQUIRED:
             continue
         kind = {"int": int, "float": float, "str": str, "int | None": optional_int, "float | None": optional_float,
-                "tuple[int, ...] | None": _csv(int)}[str(f.type)]
-        extra = {"choices": list(DTYPES)} if f.name == "dtype" else {}
+                "tuple[int, ...] | None": _csv(int), "str | None": str}[str(f.type)]
+        extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)}}.get(f.name, {})
         text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
         t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
     t.set_defaults(func=_train_drafter)

@@ -20,6 +20,8 @@ import torch
 
 from transformers import DynamicCache
 
+from taps.dflash import CONFIG_FILE
+from taps.grown import GROWN_FILE
 from taps.target import Target
 
 
@@ -152,7 +154,7 @@ SHIPPED = Path(__file__).parent / "shipped"  # trained drafters that ship with t
 def default_drafter(target: str) -> str | None:
     """The shipped drafter of a packaged target (its folder), or None when taps ships none."""
     folder = SHIPPED / target
-    return str(folder) if (folder / "config.json").is_file() else None
+    return str(folder) if any((folder / f).is_file() for f in (CONFIG_FILE, GROWN_FILE)) else None
 
 
 def drafter_feature_layers(name: str) -> tuple[int, ...]:
@@ -161,9 +163,10 @@ def drafter_feature_layers(name: str) -> tuple[int, ...]:
     if name in DRAFTERS:
         return ()
     from taps.dflash import drafter_feature_layers as folder_layers
+    from taps.grown import is_grown_folder
 
     _check_name(name)
-    return tuple(folder_layers(name))
+    return () if is_grown_folder(name) else tuple(folder_layers(name))
 
 
 def _check_name(name: str) -> None:
@@ -172,14 +175,16 @@ def _check_name(name: str) -> None:
 
 
 def make_drafter(name: str, target: Target, block_len: int | None = None) -> Drafter:
-    """A test drafter by name, or a trained DFlash drafter from its folder (config.json +
-    model.safetensors). `block_len` sets a test drafter's L; a trained drafter has its own."""
+    """A test drafter by name, or a trained drafter from its folder: DFlash (config.json +
+    model.safetensors) or grown (grown.json + adapters, taps.grown). `block_len` sets a test
+    drafter's L; a trained drafter has its own."""
     if name in DRAFTERS:
         return DRAFTERS[name].build(target, **({} if block_len is None else {"block_len": block_len}))
     _check_name(name)
     from taps.dflash import load_drafter
+    from taps.grown import is_grown_folder, load_grown
 
-    drafter = load_drafter(name, target)
+    drafter = load_grown(name, target) if is_grown_folder(name) else load_drafter(name, target)
     if block_len is not None and block_len != drafter.block_len:
         raise ValueError(f"the drafter in {name} proposes {drafter.block_len} positions, not {block_len}")
     return drafter

@@ -1,5 +1,9 @@
-"""Training a DFlash drafter (method.md section 2, "Training recipe").
+"""Training a block drafter (method.md section 2, "Training recipe"): a DFlash model (kind
+"dflash") or a pretrained model grown into one (kind "grown", taps.grown). Both train on the same
+data with the same random anchors, slot weights, schedule and checkpoints; a `Trainee` gives the
+kind's block losses, trainable parameters and saved folder.
 
+DFlash:
 The frozen target runs once over a whole training sequence and gives the hidden states of the
 drafter's `target_layer_ids` (and, for soft labels, its top-k next-token distributions). Random
 anchors each make one block `[token at the anchor, MASK, ..., MASK]` at positions
@@ -8,9 +12,13 @@ sequence in a single drafter forward: a block sees the context strictly before i
 itself, never another block. This is exactly what the drafter sees at inference, where the root
 sits at the anchor and the context is every committed token before it.
 
-Slot k >= 1 learns the token at anchor + k with weight exp(-(k-1)/gamma): early slots matter
-most, since a drafted path is only accepted up to its first miss. Only the drafter's layers,
-`fc` and norms train; the target's embeddings and LM head stay frozen.
+Only the drafter's layers, `fc` and norms train; the target's embeddings and LM head stay frozen.
+
+Grown: the base model reads the sequence and every anchor's mask block in one forward
+(taps.grown.block_layout) and needs no target at all; only its adapters and mask row train.
+
+Both: slot k >= 1 learns the token at anchor + k with weight exp(-(k-1)/gamma): early slots matter
+most, since a drafted path is only accepted up to its first miss.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from taps.dflash import DFlashConfig, DFlashDrafterModel, TargetInfo, save_draft
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+KINDS = ("dflash", "grown")
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}  # published slot-weight decay per block size
 STATE_FILE = "state.pt"  # resumable training state
 DRAFTER_DIR = "drafter"  # the latest drafter, DFlash layout
@@ -48,11 +57,14 @@ class TrainDrafterConfig:
     target: str  # the frozen target: a packaged model name, a folder or a hub id (taps.assets.load_model)
     data: str  # JSONL file of training sequences, one {"ids": [token ids of the target]} record a line
     out: str  # output folder: state.pt (resume), drafter/ (DFlash layout), log.jsonl
-    mask_token_id: int  # block filler; a row of the target's embedding table (no default: never pad or eos)
-    num_hidden_layers: int = 1  # drafter transformer layers (published: 5; 1-3 fit a CPU)
+    mask_token_id: int  # block filler; a row of the target's (dflash) or base's (grown) embedding table, never pad or eos
+    kind: str = "dflash"  # "dflash": a new model reading target features; "grown": a pretrained base with adapters
+    base: str | None = None  # kind "grown": the pretrained model grown into a drafter (packaged name, folder or hub id)
+    lora_rank: int = 16  # kind "grown": rank of the adapters (alpha = 2 * rank)
+    num_hidden_layers: int = 1  # kind "dflash": drafter transformer layers (published: 5; 1-3 fit a CPU)
     block_size: int = 16  # root + drafted slots per block (published: 16)
-    target_layer_ids: tuple[int, ...] | None = None  # target layers read; None: one per drafter layer, spread from 1 to L-3
-    draft_vocab_size: int | None = None  # score only the N most frequent tokens of the training data; None: all
+    target_layer_ids: tuple[int, ...] | None = None  # kind "dflash": target layers read; None: one per drafter layer, spread from 1 to L-3
+    draft_vocab_size: int | None = None  # kind "dflash": score only the N most frequent tokens of the training data; None: all
     anchors_per_sequence: int = 64  # blocks per sequence per step (published: up to 512); fewer if the sequence is short
     max_seq_len: int = 1024  # longer sequences are cut to their first max_seq_len tokens
     sequences_per_step: int = 1  # sequences whose gradients add up before one optimizer step
@@ -62,7 +74,7 @@ class TrainDrafterConfig:
     weight_decay: float = 0.01  # AdamW weight decay
     grad_clip: float = 1.0  # gradient-norm clip (published: 1.0)
     gamma: float | None = None  # slot-weight decay exp(-(k-1)/gamma); None: 7, 5, 4 for blocks of 16, 10, 8
-    soft_label_weight: float = 0.0  # share of the loss given to KL(target top-k || drafter); 0: hard labels only
+    soft_label_weight: float = 0.0  # kind "dflash": share of the loss given to KL(target top-k || drafter); 0: hard labels only
     soft_label_top_k: int = 64  # tokens of the target's distribution kept for soft labels
     eval_sequences: int = 8  # sequences held out (chosen by seed) to measure loss and per-slot accuracy
     eval_every: int = 100  # optimizer steps between evaluations (each appends a record to log.jsonl)
@@ -77,10 +89,21 @@ class TrainDrafterConfig:
             object.__setattr__(self, "target_layer_ids", tuple(self.target_layer_ids))
         if not isinstance(self.mask_token_id, int) or self.mask_token_id < 0:
             raise ValueError(f"mask_token_id must be a token id of the target, got {self.mask_token_id!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind == "grown":
+            if not self.base:
+                raise ValueError('kind "grown" needs base: the pretrained model to grow (e.g. qwen2.5-coder-0.5b)')
+            dflash_only = {"target_layer_ids": None, "draft_vocab_size": None, "soft_label_weight": 0.0}
+            for name, default in dflash_only.items():
+                if getattr(self, name) != default:
+                    raise ValueError(f'{name} applies to kind "dflash" only; a grown drafter reads no target')
+        elif self.base is not None:
+            raise ValueError('base applies to kind "grown" only')
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name in ("num_hidden_layers", "anchors_per_sequence", "max_seq_len", "sequences_per_step", "epochs",
-                     "soft_label_top_k", "eval_every", "save_every"):
+                     "soft_label_top_k", "eval_every", "save_every", "lora_rank"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_seq_len < 2:
@@ -252,35 +275,117 @@ class BlockObjective:
         return F.linear(hidden, self.head_weight, self.head_bias).view(n, bs, -1)
 
     def loss(self, logits: torch.Tensor, tp: TargetPass, anchors: torch.Tensor) -> BlockLoss:
+        out, logp = slot_loss(logits, tp.ids, anchors, self.weights, self.vocab, self.to_draft)
+        if self.soft_label_weight == 0:
+            return out
+        # the target's distribution for the token at anchor + k comes from its row anchor + k - 1
         bs, S = self.cfg.block_size, tp.ids.shape[0]
-        slots = torch.arange(bs)
-        positions = anchors[:, None] + slots  # [N, block]: slot k's label is the token at anchor + k
-        valid = (positions < S) & (slots >= 1)
-        labels = tp.ids[positions.clamp(max=S - 1)]  # [N, block]
-        logp = torch.log_softmax(logits.float(), dim=-1)  # [N, block, V_draft]
-        if self.vocab is None:
-            index, scorable = labels, valid
-            predicted = logp.argmax(-1)
-        else:  # labels outside the draft vocabulary cannot be drafted: no loss, never correct
-            index = self.to_draft[labels]
-            scorable = valid & (index >= 0)
-            predicted = self.vocab[logp.argmax(-1)]
-        w = self.weights * scorable  # [N, block]
-        hard = -logp.gather(-1, index.clamp(min=0)[..., None])[..., 0]  # [N, block]
-        loss = (w * hard).sum() / w.sum().clamp(min=1e-6)
-        if self.soft_label_weight > 0:
-            # the target's distribution for the token at anchor + k comes from its row anchor + k - 1
-            rows = (positions - 1).clamp(min=0, max=S - 1)
-            ids, p = tp.soft_ids[rows], tp.soft_probs[rows]  # [N, block, k]
-            if self.vocab is not None:
-                ids = self.to_draft[ids]
-                p = p * (ids >= 0)
-                p = p / p.sum(-1, keepdim=True).clamp(min=1e-12)
-            kl = (torch.xlogy(p, p) - p * logp.gather(-1, ids.clamp(min=0))).sum(-1)  # [N, block]
-            w_soft = self.weights * valid
-            soft = (w_soft * kl).sum() / w_soft.sum().clamp(min=1e-6)
-            loss = (1 - self.soft_label_weight) * loss + self.soft_label_weight * soft
-        return BlockLoss(loss, (predicted == labels) & valid, valid)
+        rows = (anchors[:, None] + torch.arange(bs) - 1).clamp(min=0, max=S - 1)
+        ids, p = tp.soft_ids[rows], tp.soft_probs[rows]  # [N, block, k]
+        if self.vocab is not None:
+            ids = self.to_draft[ids]
+            p = p * (ids >= 0)
+            p = p / p.sum(-1, keepdim=True).clamp(min=1e-12)
+        kl = (torch.xlogy(p, p) - p * logp.gather(-1, ids.clamp(min=0))).sum(-1)  # [N, block]
+        w_soft = self.weights * out.valid
+        soft = (w_soft * kl).sum() / w_soft.sum().clamp(min=1e-6)
+        return BlockLoss((1 - self.soft_label_weight) * out.loss + self.soft_label_weight * soft, out.correct, out.valid)
+
+
+def slot_loss(logits: torch.Tensor, ids: torch.Tensor, anchors: torch.Tensor, weights: torch.Tensor,
+              vocab: torch.Tensor | None = None, to_draft: torch.Tensor | None = None) -> tuple[BlockLoss, torch.Tensor]:
+    """The slot-weighted cross-entropy of blocks' logits [N, block, V_draft] against the sequence
+    ids [S] (slot k of the block at anchor a predicts ids[a + k]); also returns the log-probs.
+    `vocab`/`to_draft` map a draft vocabulary to token ids and back; labels outside it cannot be
+    drafted: no loss, never correct."""
+    bs, S = logits.shape[1], ids.shape[0]
+    slots = torch.arange(bs)
+    positions = anchors[:, None] + slots  # [N, block]
+    valid = (positions < S) & (slots >= 1)
+    labels = ids[positions.clamp(max=S - 1)]  # [N, block]
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [N, block, V_draft]
+    if vocab is None:
+        index, scorable = labels, valid
+        predicted = logp.argmax(-1)
+    else:
+        index = to_draft[labels]
+        scorable = valid & (index >= 0)
+        predicted = vocab[logp.argmax(-1)]
+    w = weights * scorable  # [N, block]
+    hard = -logp.gather(-1, index.clamp(min=0)[..., None])[..., 0]  # [N, block]
+    loss = (w * hard).sum() / w.sum().clamp(min=1e-6)
+    return BlockLoss(loss, (predicted == labels) & valid, valid), logp
+
+
+# ---------------------------------------------------------------------------------------------
+# What trains: one Trainee per drafter kind
+# ---------------------------------------------------------------------------------------------
+
+
+class DFlashTrainee:
+    """A new DFlash model over the frozen target's features (kind "dflash")."""
+
+    def __init__(self, cfg: TrainDrafterConfig, target_model: "PreTrainedModel", train: list[list[int]]):
+        vocab_size = target_model.get_output_embeddings().weight.shape[0]
+        vocab = None if cfg.draft_vocab_size is None else draft_vocabulary(train, min(cfg.draft_vocab_size, vocab_size), vocab_size)
+        self.spec = DFlashConfig.for_target(target_model.config, cfg.mask_token_id, cfg.num_hidden_layers,
+                                            cfg.target_layer_ids, cfg.block_size, vocab)
+        rows = target_model.get_input_embeddings().weight.shape[0]
+        if cfg.mask_token_id >= rows:
+            raise ValueError(f"mask_token_id={cfg.mask_token_id} is not a row of the target's {rows}-row embedding table")
+        torch.manual_seed(cfg.seed)
+        self.module = DFlashDrafterModel(self.spec).train()
+        self.target = target_model
+        self.objective = BlockObjective(self.module, target_model, cfg.slot_gamma, cfg.soft_label_weight)
+        self.soft_k = cfg.soft_label_top_k if cfg.soft_label_weight else 0
+        self.info = TargetInfo.of(target_model, cfg.target)
+
+    def block_loss(self, ids: Sequence[int], anchors: torch.Tensor, autocast) -> BlockLoss:
+        tp = target_pass(self.target, ids, self.spec.target_layer_ids, self.soft_k)
+        with autocast:
+            logits = self.objective.logits(tp, anchors)
+        return self.objective.loss(logits, tp, anchors)
+
+    def save(self, folder: Path) -> None:
+        save_drafter(self.module, folder, self.info)
+
+
+class GrownTrainee:
+    """A pretrained base with LoRA adapters and a trainable mask row (kind "grown", taps.grown)."""
+
+    def __init__(self, cfg: TrainDrafterConfig, base_model: "PreTrainedModel", info: TargetInfo):
+        from taps.grown import GrownConfig, add_adapters
+
+        rows = base_model.get_output_embeddings().weight.shape[0]
+        if rows > info.vocab_size:
+            raise ValueError(f"base {cfg.base} predicts {rows} tokens, more than target {cfg.target}'s {info.vocab_size}")
+        self.spec = GrownConfig(cfg.base, cfg.mask_token_id, cfg.block_size, cfg.lora_rank, 2 * cfg.lora_rank)
+        torch.manual_seed(cfg.seed)
+        self.module = add_adapters(base_model, self.spec).train()
+        causal_lm = self.module.get_base_model()
+        self.decoder, self.head = causal_lm.model, causal_lm.get_output_embeddings()
+        self.weights = slot_weights(cfg.block_size, cfg.slot_gamma)
+        self.info = info
+
+    def block_loss(self, ids: Sequence[int], anchors: torch.Tensor, autocast) -> BlockLoss:
+        from taps.grown import block_layout, block_logits
+
+        ids_t = torch.tensor(list(ids))
+        with autocast:
+            logits = block_logits(self.decoder, self.head, block_layout(ids_t, anchors, self.spec.block_size,
+                                                                        self.spec.mask_token_id))
+        return slot_loss(logits, ids_t, anchors, self.weights)[0]
+
+    def save(self, folder: Path) -> None:
+        from taps.grown import save_grown
+
+        save_grown(self.module, self.spec, folder, self.info)
+
+
+def trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters that train (a grown drafter's frozen base is not saved with them)."""
+    names = {n for n, p in module.named_parameters() if p.requires_grad}
+    return {k: v for k, v in module.state_dict().items() if k in names}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,23 +400,20 @@ def lr_factor(step: int, total: int, warmup: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def evaluate(objective: BlockObjective, model, sequences, cfg: TrainDrafterConfig, autocast) -> dict:
+def evaluate(trainee, sequences, cfg: TrainDrafterConfig, autocast) -> dict:
     """Held-out loss, accuracy per slot and the chain's tau estimate (1 + leading correct slots),
     on anchors fixed by the seed so that evaluations compare across the run."""
-    objective.drafter.eval()
+    trainee.module.eval()
     losses, correct, valid, runs = [], 0, 0, []
     with torch.no_grad():
         for i, ids in enumerate(sequences):
-            tp = target_pass(model, ids, objective.cfg.target_layer_ids, cfg.soft_label_top_k if cfg.soft_label_weight else 0)
             anchors = sample_anchors(len(ids), cfg.anchors_per_sequence, torch.Generator().manual_seed(cfg.seed + i))
-            with autocast:
-                logits = objective.logits(tp, anchors)
-            out = objective.loss(logits, tp, anchors)
+            out = trainee.block_loss(ids, anchors, autocast)
             losses.append(out.loss.item())
             correct = correct + out.correct[:, 1:].sum(0)  # [L]
             valid = valid + out.valid[:, 1:].sum(0)
             runs.append(out.correct[:, 1:].int().cumprod(-1).sum(-1))  # [N] accepted length of each block's chain
-    objective.drafter.train()
+    trainee.module.train()
     return {
         "eval_loss": sum(losses) / len(losses),
         "eval_slot_acc": (correct / valid.clamp(min=1)).tolist(),
@@ -319,17 +421,12 @@ def evaluate(objective: BlockObjective, model, sequences, cfg: TrainDrafterConfi
     }
 
 
-def train_step(objective: BlockObjective, model, batch: list[list[int]], cfg: TrainDrafterConfig,
-               anchor_rng: torch.Generator, autocast) -> list[float]:
+def train_step(trainee, batch: list[list[int]], cfg: TrainDrafterConfig, anchor_rng: torch.Generator,
+               autocast) -> list[float]:
     """Gradients of one optimizer step (summed over `batch`, not yet applied); returns the losses."""
-    soft_k = cfg.soft_label_top_k if cfg.soft_label_weight else 0
     losses = []
     for ids in batch:
-        tp = target_pass(model, ids, objective.cfg.target_layer_ids, soft_k)
-        anchors = sample_anchors(len(ids), cfg.anchors_per_sequence, anchor_rng)
-        with autocast:
-            logits = objective.logits(tp, anchors)
-        loss = objective.loss(logits, tp, anchors).loss
+        loss = trainee.block_loss(ids, sample_anchors(len(ids), cfg.anchors_per_sequence, anchor_rng), autocast).loss
         (loss / len(batch)).backward()
         losses.append(loss.item())
     return losses
@@ -355,34 +452,37 @@ class TrainResult:
     total_steps: int  # steps of the whole schedule; step < total_steps means rerun to resume
 
 
-def train_drafter(cfg: TrainDrafterConfig, target_model: "PreTrainedModel | None" = None) -> TrainResult:
-    """Train (or resume training) a DFlash drafter for `cfg.target` on `cfg.data` into `cfg.out`.
+def _target_info(name: str) -> TargetInfo:
+    """What a grown drafter records of its target, read from the target's config alone."""
+    from transformers import AutoConfig
 
-    `target_model` replaces loading `cfg.target` (tests, notebooks); it is cast to cfg.dtype in place.
+    from taps.assets import resolve
+
+    config = AutoConfig.from_pretrained(resolve(name))
+    return TargetInfo(name, config.vocab_size, config.hidden_size, config.num_hidden_layers)
+
+
+def train_drafter(cfg: TrainDrafterConfig, model: "PreTrainedModel | None" = None) -> TrainResult:
+    """Train (or resume training) a drafter for `cfg.target` on `cfg.data` into `cfg.out`.
+
+    `model` replaces loading the model that runs: the frozen target (kind "dflash") or the base to
+    grow (kind "grown"); for tests and notebooks. It is cast to cfg.dtype in place.
     """
     torch.set_flush_denormal(True)  # denormals run through slow microcode on x86 CPUs
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = DTYPES[cfg.dtype]
-    if target_model is None:
+    if model is None:
         from taps.assets import load_model
 
-        target_model, _ = load_model(cfg.target, dtype=dtype)
-    model = target_model.to(dtype).eval().requires_grad_(False)
+        model, _ = load_model(cfg.base if cfg.kind == "grown" else cfg.target, dtype=dtype)
+    model = model.to(dtype).eval().requires_grad_(False)
     vocab_size = model.get_output_embeddings().weight.shape[0]
 
     train, held_out = split_sequences(load_sequences(cfg.data, vocab_size, cfg.max_seq_len), cfg.eval_sequences, cfg.seed)
-    vocab = None if cfg.draft_vocab_size is None else draft_vocabulary(train, min(cfg.draft_vocab_size, vocab_size), vocab_size)
-    dcfg = DFlashConfig.for_target(model.config, cfg.mask_token_id, cfg.num_hidden_layers, cfg.target_layer_ids,
-                                   cfg.block_size, vocab)
-    rows = model.get_input_embeddings().weight.shape[0]
-    if cfg.mask_token_id >= rows:
-        raise ValueError(f"mask_token_id={cfg.mask_token_id} is not a row of the target's {rows}-row embedding table")
-
-    torch.manual_seed(cfg.seed)
-    drafter = DFlashDrafterModel(dcfg).train()
-    objective = BlockObjective(drafter, model, cfg.slot_gamma, cfg.soft_label_weight)
-    optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    trainee = GrownTrainee(cfg, model, _target_info(cfg.target)) if cfg.kind == "grown" else DFlashTrainee(cfg, model, train)
+    params = [p for p in trainee.module.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(train) / cfg.sequences_per_step)
     total = cfg.epochs * steps_per_epoch
     warmup = max(1, round(cfg.warmup_fraction * total))
@@ -396,18 +496,17 @@ def train_drafter(cfg: TrainDrafterConfig, target_model: "PreTrainedModel | None
     if state_path.exists():
         state = torch.load(state_path, weights_only=True)
         changed = sorted(k for k in run_config if state["config"].get(k) != run_config[k])
-        if changed or state["drafter_config"] != asdict(dcfg):
+        if changed or state["drafter_config"] != asdict(trainee.spec):
             raise ValueError(
                 f"{out} holds a run with other settings ({', '.join(changed) or 'data or target'} differ); "
                 "resume with the same settings or choose a new out folder"
             )
-        drafter.load_state_dict(state["drafter"])
+        trainee.module.load_state_dict(state["drafter"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         anchor_rng.set_state(state["anchor_rng"])
         step, loss_sum, loss_n = state["step"], state["loss_sum"], state["loss_n"]
 
-    info = TargetInfo.of(model, cfg.target)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     stop = total if cfg.stop_after_steps is None else min(total, cfg.stop_after_steps)
     started = time.perf_counter()
@@ -416,17 +515,18 @@ def train_drafter(cfg: TrainDrafterConfig, target_model: "PreTrainedModel | None
         record.update(step=step, epoch=step / steps_per_epoch, lr=scheduler.get_last_lr()[0],
                       elapsed_s=time.perf_counter() - started)
         if held_out:
-            record.update(evaluate(objective, model, held_out, cfg, autocast))
+            record.update(evaluate(trainee, held_out, cfg, autocast))
         with open(out / LOG_FILE, "a") as f:
             f.write(json.dumps(record) + "\n")
 
     def save() -> None:
         _save_state(state_path, {
-            "config": run_config, "drafter_config": asdict(dcfg), "step": step, "drafter": drafter.state_dict(),
+            "config": run_config, "drafter_config": asdict(trainee.spec), "step": step,
+            "drafter": trainable_state(trainee.module),
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "anchor_rng": anchor_rng.get_state(), "loss_sum": loss_sum, "loss_n": loss_n,
         })
-        save_drafter(drafter, out / DRAFTER_DIR, info)
+        trainee.save(out / DRAFTER_DIR)
 
     if step == 0:
         log({"train_loss": None})  # the untrained baseline
@@ -434,9 +534,9 @@ def train_drafter(cfg: TrainDrafterConfig, target_model: "PreTrainedModel | None
     while step < stop:
         epoch, index = divmod(step, steps_per_epoch)
         chosen = epoch_order(len(train), cfg.seed, epoch)[index * cfg.sequences_per_step : (index + 1) * cfg.sequences_per_step]
-        losses = train_step(objective, model, [train[i] for i in chosen], cfg, anchor_rng, autocast)
+        losses = train_step(trainee, [train[i] for i in chosen], cfg, anchor_rng, autocast)
         loss_sum, loss_n = loss_sum + sum(losses), loss_n + len(losses)
-        torch.nn.utils.clip_grad_norm_(drafter.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,221 @@
+"""A block drafter grown from a pretrained causal LM (issue 3, kind b).
+
+A small pretrained model of the target's family (qwen2.5-coder-0.5b for the 1.5B target, same
+tokenizer) learns to fill a block in one forward. After the committed text it reads L - 1 copies
+of a mask token; its logits at the root give q_1 (its ordinary next-token prediction, which it
+already makes well) and its logits at mask j give q_{j+1}, the token j + 1 places after the root
+(method.md section 1's marginals). Attention stays causal: a mask sees the context, the root and
+the masks before it, which carry only their positions. The drafter keeps its own KV cache of the
+committed text; the masks' K/V are dropped after every draft.
+
+Only low-rank adapters (peft LoRA on every linear layer) and the mask token's embedding row
+train; a drafter folder holds just those (`adapter_model.safetensors`), plus `grown.json` naming
+the base model (fetched by `taps models fetch`) and the target it was trained for. Loading merges
+the adapters into the base, so drafting costs one plain forward of the base model.
+
+Training rows (`block_layout`): one sequence [context 0..S-1 ; masks of block 0 ; block 1 ; ...]
+trains every anchor in one forward, as DFlash's block mask does: block i's masks sit at positions
+anchor_i + 1..anchor_i + L - 1 and see the context up to anchor_i and the earlier masks of their
+own block, exactly what they see at inference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from taps.dflash import TargetInfo
+from taps.target import Target
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+GROWN_FILE = "grown.json"  # marks a grown drafter's folder; the adapters are peft's files beside it
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class GrownConfig:
+    base: str  # the pretrained model grown into a drafter: packaged name, folder or hub id
+    mask_token_id: int  # the block filler: a token of the base's vocabulary that text never contains
+    block_size: int = 8  # root + drafted positions; the drafter proposes block_size - 1
+    lora_rank: int = 16  # rank of the adapters
+    lora_alpha: int = 32  # adapter scale numerator (scale = alpha / rank)
+
+    def __post_init__(self):
+        if self.block_size < 2:
+            raise ValueError(f"block_size must be >= 2 (a root and one drafted position), got {self.block_size}")
+        if self.lora_rank < 1 or self.lora_alpha < 1:
+            raise ValueError(f"lora_rank and lora_alpha must be >= 1, got {self.lora_rank} and {self.lora_alpha}")
+        if self.mask_token_id < 0:
+            raise ValueError(f"mask_token_id must be a token id, got {self.mask_token_id}")
+
+
+def check_mask_token(cfg: GrownConfig, model: "PreTrainedModel", source: str = "the drafter") -> None:
+    rows = model.get_input_embeddings().weight.shape[0]
+    if cfg.mask_token_id >= rows:
+        raise ValueError(f"{source} has mask_token_id={cfg.mask_token_id}, not a row of the base's {rows}-row embedding table")
+
+
+def add_adapters(model: "PreTrainedModel", cfg: GrownConfig):
+    """The base wrapped by peft: LoRA on every linear layer of the decoder and a trainable mask row."""
+    from peft import LoraConfig, get_peft_model
+
+    check_mask_token(cfg, model)
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=list(LORA_MODULES),
+                      trainable_token_indices={"embed_tokens": [cfg.mask_token_id]})
+    return get_peft_model(model, lora)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training rows
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BlockLayout:
+    """One training forward over a sequence and its anchors' mask blocks."""
+
+    input_ids: torch.Tensor  # [Q] context tokens, then (L - 1) masks per anchor
+    position_ids: torch.Tensor  # [Q]
+    mask: torch.Tensor  # [Q, Q] bool, True = may attend
+    rows: torch.Tensor  # [N, block] row of Q whose logits predict slot k (slot 0, the root itself: any row)
+
+
+def block_layout(ids: torch.Tensor, anchors: torch.Tensor, block_size: int, mask_token_id: int) -> BlockLayout:
+    S, n, m = ids.shape[0], anchors.shape[0], block_size - 2  # m masks per block (slots 2..L)
+    block_of = torch.arange(n * m) // m  # [n * m] which anchor each mask belongs to
+    offset = torch.arange(n * m) % m + 1  # [n * m] 1..m places after its anchor
+    mask_pos = anchors[block_of] + offset
+    input_ids = torch.cat([ids, torch.full((n * m,), mask_token_id, dtype=ids.dtype)])
+    position_ids = torch.cat([torch.arange(S), mask_pos])
+    causal = torch.ones(S, S, dtype=torch.bool).tril()
+    to_context = torch.arange(S)[None, :] <= anchors[block_of][:, None]  # [n*m, S]
+    within = (block_of[:, None] == block_of[None, :]) & (offset[:, None] >= offset[None, :])  # [n*m, n*m]
+    mask = torch.cat([
+        torch.cat([causal, torch.zeros(S, n * m, dtype=torch.bool)], dim=1),
+        torch.cat([to_context, within], dim=1),
+    ])
+    rows = torch.empty(n, block_size, dtype=torch.long)
+    rows[:, 0] = anchors  # unused: slot 0 is the root
+    rows[:, 1] = anchors  # the root's own next-token row
+    rows[:, 2:] = S + torch.arange(n * m).view(n, m)
+    return BlockLayout(input_ids, position_ids, mask, rows)
+
+
+def block_logits(model, head, layout: BlockLayout) -> torch.Tensor:
+    """[N, block, vocab]: one forward of the (adapted) base over a BlockLayout; the head runs on the
+    needed rows only (the vocabulary is large)."""
+    hidden = model(
+        input_ids=layout.input_ids[None],
+        position_ids=layout.position_ids[None],
+        attention_mask=layout.mask[None, None],
+        use_cache=False,
+    ).last_hidden_state[0]  # [Q, H]
+    return head(hidden[layout.rows])
+
+
+# ---------------------------------------------------------------------------------------------
+# Folder layout
+# ---------------------------------------------------------------------------------------------
+
+
+def is_grown_folder(folder: str | os.PathLike) -> bool:
+    return (Path(folder) / GROWN_FILE).is_file()
+
+
+def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: TargetInfo) -> Path:
+    """Adapters (peft's adapter_config.json + adapter_model.safetensors) and grown.json."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(folder)
+    (folder / GROWN_FILE).write_text(json.dumps({"grown": asdict(cfg), "taps": asdict(info)}, indent=2) + "\n")
+    return folder
+
+
+def read_grown(folder: str | os.PathLike) -> tuple[GrownConfig, dict]:
+    path = Path(folder) / GROWN_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} is not a grown drafter folder: it has no {GROWN_FILE}")
+    raw = json.loads(path.read_text())
+    try:
+        return GrownConfig(**raw["grown"]), raw["taps"]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not a valid grown drafter description: {e}") from None
+
+
+class GrownDrafter:
+    """The Drafter protocol (taps.drafters) for a base model with merged adapters."""
+
+    feature_layers: tuple[int, ...] = ()  # reads no target features: its own cache holds the context
+
+    def __init__(self, model: "PreTrainedModel", cfg: GrownConfig, target: Target, source: str = "the drafter"):
+        rows = model.get_output_embeddings().weight.shape[0]
+        if rows > target.vocab_size:
+            raise ValueError(f"{source} predicts {rows} tokens but the target's vocabulary has {target.vocab_size}")
+        check_mask_token(cfg, model, source)
+        self.model = model.to(target.dtype).eval()
+        self.cfg = cfg
+        self.block_len = cfg.block_size - 1
+        self.vocab_size = target.vocab_size
+        self.rows = rows
+        self.cache = DynamicCache(config=model.config)
+        self.cached: list[int] = []  # committed tokens whose K/V are in self.cache
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.cached = []
+
+    @torch.inference_mode()
+    def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
+        """Feed the committed tokens not yet cached (the root last) and L - 1 masks in one forward."""
+        ids = list(ids)
+        if self.cached != ids[: len(self.cached)] or len(self.cached) >= len(ids):
+            self.start(ids)  # the context changed under us: rebuild the cache from scratch
+        new = ids[len(self.cached):]
+        n_masks = self.block_len - 1
+        tokens = torch.tensor([new + [self.cfg.mask_token_id] * n_masks])
+        start = len(self.cached)
+        logits = self.model(
+            input_ids=tokens,
+            position_ids=torch.arange(start, start + tokens.shape[1])[None],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=self.block_len,  # the root's row and the masks'
+        ).logits[0].float()  # [L, rows]
+        if n_masks:
+            self.cache.crop(-n_masks)  # a negative crop drops that many tokens: the masks are not context
+        self.cached = ids
+        probs = torch.softmax(logits, dim=-1)
+        if self.rows == self.vocab_size:
+            return probs
+        full = torch.zeros(self.block_len, self.vocab_size)  # [L, vocab]: rows past the base's head get 0
+        full[:, : self.rows] = probs
+        return full
+
+
+def _check_trained_for(info: dict, target: Target, source: str) -> None:
+    if info.get("vocab_size") != target.vocab_size:
+        raise ValueError(
+            f"{source} was trained for target {info.get('name')!r} with vocab_size={info.get('vocab_size')}, "
+            f"but this target has vocab_size={target.vocab_size}"
+        )
+
+
+def load_grown(folder: str | os.PathLike, target: Target) -> GrownDrafter:
+    """The base from `taps.assets.load_model` with the folder's adapters merged in, in the target's dtype."""
+    from peft import PeftModel
+
+    from taps.assets import load_model
+
+    cfg, info = read_grown(folder)
+    _check_trained_for(info, target, str(folder))
+    base, _ = load_model(cfg.base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    return GrownDrafter(merged, cfg, target, str(folder))

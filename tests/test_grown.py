@@ -1,0 +1,148 @@
+"""The grown drafter (issue 3, kind b) on tiny random Qwen2 models: training rows equal inference,
+training learns, the folder round-trips, decoding stays lossless, bad input is refused."""
+
+import json
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from taps.decode import DecodeConfig, generate
+from taps.drafters import drafter_feature_layers, make_drafter
+from taps.grown import GrownConfig, GrownDrafter, add_adapters, block_layout, block_logits, read_grown
+from taps.target import Target
+from taps.train.drafter import TrainDrafterConfig, train_drafter
+
+MASK = 95
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model("qwen2", seed=0)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, target):
+    """The target and a smaller-seeded base saved as folders, as `taps models fetch` leaves them."""
+    root = tmp_path_factory.mktemp("models")
+    target.save_pretrained(root / "target")
+    tiny_model("qwen2", seed=1).save_pretrained(root / "base")
+    return root
+
+
+@pytest.fixture(scope="module")
+def sequences(target):
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(10):
+        prompt = torch.randint(0, 90, (1, 4), generator=gen)
+        seq = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=36,
+                              pad_token_id=0)
+        out.append(seq[0].tolist())
+    return out
+
+
+def test_block_layout_mask_matches_brute_force():
+    S, block, anchors = 12, 5, torch.tensor([0, 4, 10])
+    lay = block_layout(torch.arange(S), anchors, block, MASK)
+    m = block - 2
+    assert lay.input_ids.tolist() == list(range(S)) + [MASK] * (3 * m)
+    for q in range(lay.mask.shape[0]):
+        for k in range(lay.mask.shape[1]):
+            if q < S:  # context: causal, never a mask
+                want = k <= q
+            else:
+                i, j = divmod(q - S, m)
+                if k < S:
+                    want = k <= anchors[i].item()
+                else:
+                    i2, j2 = divmod(k - S, m)
+                    want = i2 == i and j2 <= j
+            assert lay.mask[q, k].item() == want, (q, k)
+    # mask j of block i sits j + 1 places after its anchor; slot 1 reads the anchor's own row
+    assert lay.position_ids[S:].view(3, m).tolist() == [[a + j for j in range(1, m + 1)] for a in anchors.tolist()]
+    assert lay.rows[:, 1].tolist() == anchors.tolist()
+
+
+def test_one_pass_training_forward_equals_inference(target, sequences):
+    """Block i of the training forward gives exactly the marginals the drafter produces at
+    inference with the root at anchor i (and its cache built over earlier rounds)."""
+    base = tiny_model("qwen2", seed=1)
+    cfg = GrownConfig("base", MASK, block_size=6)
+    peft_model = add_adapters(base, cfg)
+    with torch.no_grad():  # adapters start at zero: make them matter
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name or "trainable_tokens" in name:
+                p.normal_(0, 0.05)
+    ids = sequences[0]
+    anchors = torch.tensor([0, 3, 9, 20, len(ids) - 2])
+    lm = peft_model.get_base_model()
+    with torch.no_grad():
+        probs = torch.softmax(block_logits(lm.model, lm.lm_head, block_layout(torch.tensor(ids), anchors, 6, MASK)), -1)
+    merged = peft_model.merge_and_unload()
+    drafter = GrownDrafter(merged, cfg, Target(target))
+    drafter.start(ids[:1])
+    for i, a in enumerate(anchors.tolist()):
+        q = drafter.draft(ids[: a + 1], None)  # the cache grows round by round, as in decoding
+        torch.testing.assert_close(q, probs[i, 1:], atol=2e-5, rtol=1e-4)
+
+
+def config(tmp_path, folders, data_file, **kw) -> TrainDrafterConfig:
+    base = dict(target=str(folders / "target"), data=str(data_file), out=str(tmp_path / "run"), mask_token_id=MASK,
+                kind="grown", base=str(folders / "base"), lora_rank=4, block_size=6, gamma=3.0, anchors_per_sequence=12,
+                sequences_per_step=2, epochs=4, lr=1e-2, eval_sequences=2, eval_every=8, save_every=8, progress=False)
+    return TrainDrafterConfig(**{**base, **kw})
+
+
+def test_train_a_grown_drafter_and_decode_losslessly(tmp_path, folders, sequences, target):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"ids": s}) + "\n" for s in sequences))
+    result = train_drafter(config(tmp_path, folders, data))
+    assert result.step == result.total_steps == 16
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert records[-1]["eval_loss"] < 0.8 * records[0]["eval_loss"], records
+    # the folder holds the adapters only (the base comes from its own folder or `taps models fetch`)
+    files = {p.name for p in result.drafter_dir.iterdir()}
+    assert {"grown.json", "adapter_config.json", "adapter_model.safetensors"} <= files and "model.safetensors" not in files
+    cfg, info = read_grown(result.drafter_dir)
+    assert cfg.base == str(folders / "base") and info["vocab_size"] == 96
+    assert drafter_feature_layers(str(result.drafter_dir)) == ()
+    tgt = Target(target)
+    drafter = make_drafter(str(result.drafter_dir), tgt)
+    assert drafter.block_len == 5
+    prompt = [5, 17, 33, 2]
+    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+                          max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    for method in ("chain", "ddtree"):
+        res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), drafter)
+        assert res.token_ids == ref, method
+    # resuming a finished run is a no-op; other settings in the same folder are refused
+    assert train_drafter(config(tmp_path, folders, data)).step == 16
+    with pytest.raises(ValueError, match="other settings"):
+        train_drafter(config(tmp_path, folders, data, lora_rank=8))
+
+
+def test_a_drafter_for_another_target_is_refused(tmp_path, folders, target):
+    base = tiny_model("qwen2", seed=1)
+    cfg = GrownConfig(str(folders / "base"), MASK, block_size=4)
+    from taps.dflash import TargetInfo
+    from taps.grown import save_grown
+
+    save_grown(add_adapters(base, cfg), cfg, tmp_path / "d", TargetInfo("other", 128, 64, 3))
+    with pytest.raises(ValueError, match="vocab_size=128"):
+        make_drafter(str(tmp_path / "d"), Target(target))
+
+
+def test_config_errors(tmp_path):
+    with pytest.raises(ValueError, match="needs base"):
+        TrainDrafterConfig(target="t", data="d", out="o", mask_token_id=1, kind="grown")
+    with pytest.raises(ValueError, match='kind "dflash" only'):
+        TrainDrafterConfig(target="t", data="d", out="o", mask_token_id=1, kind="grown", base="b", draft_vocab_size=8)
+    with pytest.raises(ValueError, match="kind must be"):
+        TrainDrafterConfig(target="t", data="d", out="o", mask_token_id=1, kind="lora")
+    with pytest.raises(ValueError, match="block_size"):
+        GrownConfig("b", 1, block_size=1)
+    with pytest.raises(ValueError, match="not a row"):
+        add_adapters(tiny_model("qwen2"), GrownConfig("b", 500))
+    with pytest.raises(ValueError, match="no grown.json"):
+        read_grown(tmp_path)
