@@ -211,11 +211,11 @@ def test_each_distinct_environment_gets_its_own_line(tmp_path):
     assert len(env_lines) == 2 and "threads 8" in env_lines[1]
 
 
-def test_learning_curve_plot_from_a_training_log(tmp_path):
-    from taps.report import plot_learning_curve
+def test_learning_curves_of_two_drafter_kinds(tmp_path):
+    from taps.report import plot_learning_curves
 
     log = [{"step": s, "eval_slot_acc": [0.1 * s, 0.05 * s]} for s in range(4)] + [{"step": 4, "train_loss": 1.0}]
     path = tmp_path / "curve.png"
-    assert plot_learning_curve(log, tokens_per_step=200.0, path=path)
+    assert plot_learning_curves({"dflash": (log, 200.0), "grown": (log[:2], 500.0)}, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not plot_learning_curve([{"step": 1, "train_loss": 2.0}], 200.0, tmp_path / "none.png")
+    assert not plot_learning_curves({"x": ([{"step": 1, "train_loss": 2.0}], 200.0)}, tmp_path / "none.png")

@@ -282,7 +282,7 @@ def _add_gen_data(sub) -> None:
     d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
     d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
     d.add_argument("--out", required=True, help="JSONL file of {prompt_index, prompt, ids, n_prompt}; a rerun resumes")
-    d.add_argument("--prompts", type=int, required=True, help="training prompts to answer (a larger N later adds more)")
+    d.add_argument("--prompts", type=int, required=True, help="training prompts to answer (a larger N later adds more; 0 with --text-tokens: text only)")
     d.add_argument("--max-new-tokens", type=int, default=256, help="longest answer (256)")
     d.add_argument("--batch-size", type=int, default=8, help="prompts per left-padded generate call (8)")
     d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")

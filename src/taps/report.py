@@ -233,18 +233,23 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     return report
 
 
-def plot_learning_curve(log: list[dict], tokens_per_step: float, path: Path) -> bool:
-    """Held-out accuracy of every block slot against training tokens, from a `train-drafter`
-    log.jsonl (its evaluation records); `tokens_per_step` converts steps into tokens."""
-    evals = [r for r in log if "eval_slot_acc" in r]
-    if not evals:
+def plot_learning_curves(runs: dict[str, tuple[list[dict], float]], path: Path) -> bool:
+    """Held-out accuracy of every block slot against training tokens, one panel per run (e.g. the
+    two drafter kinds side by side), each from a `train-drafter` log.jsonl (its evaluation records)
+    and its tokens per step. Runs without evaluations are left out; False when none has any."""
+    evaluated = {name: ([r for r in log if "eval_slot_acc" in r], per_step) for name, (log, per_step) in runs.items()}
+    evaluated = {name: run for name, run in evaluated.items() if run[0]}
+    if not evaluated:
         return False
-    fig, (ax,) = _panels(1, "drafter learning curve (held-out)")
-    tokens = [r["step"] * tokens_per_step for r in evals]
-    for slot in range(len(evals[-1]["eval_slot_acc"])):
-        ax.plot(tokens, [r["eval_slot_acc"][slot] for r in evals], marker=".", label=f"slot {slot + 1}")
-    ax.set_xlabel("training tokens")
-    ax.set_ylabel("top-1 accuracy")
-    ax.legend(fontsize=7)
+    fig, axes = _panels(len(evaluated), "drafter learning curves (held-out)")
+    for ax, (name, (evals, per_step)) in zip(axes, evaluated.items()):
+        tokens = [r["step"] * per_step for r in evals]
+        for slot in range(len(evals[-1]["eval_slot_acc"])):
+            ax.plot(tokens, [r["eval_slot_acc"][slot] for r in evals], marker=".", label=f"slot {slot + 1}")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel("top-1 accuracy")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7)
     FigureCanvasAgg(fig).print_png(str(path))
     return True

@@ -584,8 +584,8 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if n_prompts < 1 or max_new_tokens < 1 or batch_size < 1:
-        raise ValueError("n_prompts, max_new_tokens and batch_size must be >= 1")
+    if n_prompts < 0 or max_new_tokens < 1 or batch_size < 1:
+        raise ValueError("n_prompts must be >= 0, max_new_tokens and batch_size >= 1")
     out_path = Path(out_path)
     meta = {"target": target_name, "seed": seed, "mix": dict(DEFAULT_MIX if mix is None else mix),
             "max_new_tokens": max_new_tokens, "dtype": dtype}
