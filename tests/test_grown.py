@@ -146,3 +146,15 @@ def test_config_errors(tmp_path):
         add_adapters(tiny_model("qwen2"), GrownConfig("b", 500))
     with pytest.raises(ValueError, match="no grown.json"):
         read_grown(tmp_path)
+
+
+def test_the_shipped_grown_drafter_names_its_base_and_target():
+    from taps.assets import MODELS
+    from taps.drafters import SHIPPED, default_drafter
+
+    folder = SHIPPED / "qwen2.5-coder-1.5b"
+    assert default_drafter("qwen2.5-coder-1.5b") == str(folder)
+    cfg, info = read_grown(folder)
+    assert cfg.base in MODELS and info["name"] == "qwen2.5-coder-1.5b" and info["vocab_size"] == 151936
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == cfg.base
+    assert (folder / "adapter_model.safetensors").stat().st_size < 60e6  # the limit per shipped drafter

@@ -134,6 +134,9 @@ def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: Ta
     """Adapters (peft's adapter_config.json + adapter_model.safetensors) and grown.json."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    # name the base as the user gave it (a packaged name), not the cache folder it was loaded from
+    for adapter in peft_model.peft_config.values():
+        adapter.base_model_name_or_path = cfg.base
     peft_model.save_pretrained(folder)
     (folder / GROWN_FILE).write_text(json.dumps({"grown": asdict(cfg), "taps": asdict(info)}, indent=2) + "\n")
     return folder
