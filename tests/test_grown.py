@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import greedy_sequences, tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import drafter_feature_layers, make_drafter
@@ -32,14 +32,7 @@ def folders(tmp_path_factory, target):
 
 @pytest.fixture(scope="module")
 def sequences(target):
-    gen = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(10):
-        prompt = torch.randint(0, 90, (1, 4), generator=gen)
-        seq = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=36,
-                              pad_token_id=0)
-        out.append(seq[0].tolist())
-    return out
+    return greedy_sequences(target)
 
 
 def test_block_layout_mask_matches_brute_force():

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import greedy_sequences, tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.dflash import DFlashConfig, DFlashDrafter, DFlashDrafterModel, load_drafter
@@ -33,15 +33,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def sequences(model):
-    """Self-distillation data as DFlash uses: the target's own greedy continuations of prompts."""
-    gen = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(10):
-        prompt = torch.randint(0, 90, (1, 4), generator=gen)
-        seq = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=36,
-                             pad_token_id=0)
-        out.append(seq[0].tolist())
-    return out
+    return greedy_sequences(model)
 
 
 @pytest.fixture

@@ -33,3 +33,15 @@ def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positi
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
     return model.eval()
+
+
+def greedy_sequences(model, n: int = 10, new_tokens: int = 36) -> list[list[int]]:
+    """Self-distillation data as DFlash uses: the model's own greedy continuations of random prompts."""
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        prompt = torch.randint(0, 90, (1, 4), generator=gen)
+        seq = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=new_tokens,
+                             pad_token_id=0)
+        out.append(seq[0].tolist())
+    return out
