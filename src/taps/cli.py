@@ -11,7 +11,6 @@ import torch
 from taps.assets import DTYPES
 
 
-
 def _models(args) -> int:
     from taps import assets
 
@@ -151,10 +150,8 @@ def _profile(args) -> int:
 
     from taps.assets import load_model
     from taps.costmodel import measure_profile, profile_path
-    from taps.drafters import drafter_feature_layers, make_drafter
+    from taps.drafters import default_drafter, drafter_feature_layers, make_drafter
     from taps.target import Target
-
-    from taps.drafters import default_drafter
 
     name = args.drafter or default_drafter(args.target)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
