@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
+from taps.linear import use_linear
+
 FAMILIES = {
     "llama": LlamaConfig,
     "qwen2": Qwen2Config,
@@ -32,7 +34,7 @@ def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positi
     # random init is nearly uniform; sharper logits make greedy paths and acceptance meaningful
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
-    return model.eval()
+    return use_linear(model.eval())  # the backend users get from taps.assets.load_model
 
 
 def greedy_sequences(model, n: int = 10, new_tokens: int = 36) -> list[list[int]]:

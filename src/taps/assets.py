@@ -366,8 +366,11 @@ def resolve(name_or_path: str, progress: bool = True) -> str:
 def load_model(
     name_or_path: str, dtype: torch.dtype = torch.float32
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer, in eval mode, from a packaged name, folder or hub id."""
+    """Load a causal LM and its tokenizer, in eval mode, from a packaged name, folder or hub id,
+    its linear layers on the backend of `taps.linear.current_linear()`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from taps.linear import use_linear
 
     # Denormal floats run through slow microcode on x86: fp32 decoding was 8x slower here
     # without this. It is process-wide and idempotent.
@@ -381,4 +384,4 @@ def load_model(
         raise AssetError(
             f"could not load model {name_or_path!r}: {error}\npackaged models: {', '.join(MODELS)}"
         ) from None
-    return model.eval(), tokenizer
+    return use_linear(model.eval()), tokenizer

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
+from taps.linear import current_linear, linear_backend
 from taps.tree import Tree
 
 if TYPE_CHECKING:  # only the interface is used: this module sits below the target adapter
@@ -47,6 +48,7 @@ class ProfileInfo:
     repeats: int  # timed forwards per point (the median is kept)
     verify_by_context: tuple[tuple[float, ...], ...] = ()  # [context, size] median seconds; the curve is their mean
     note: str = ""  # free text: provenance, what was not measured
+    linear: str = "torch"  # kernel of the float32 linear layers (taps.linear); it changes t_verify(n)
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,7 @@ def measure_profile(
         context_lengths=context_lengths,
         repeats=repeats,
         verify_by_context=tuple(verify_rows),
+        linear=linear_backend(target.model),
         note="measure_profile" + ("" if drafter is not None else ": no drafter given, t_draft = 0"),
     )
     return LatencyProfile(sizes, verify, statistics.fmean(draft_times) if draft_times else 0.0, info)
@@ -276,16 +279,17 @@ def _median_draft_seconds(target: Target, drafter, ids: list[int], features, rep
     return statistics.median(times)
 
 
-def profile_path(target: str, dtype: str) -> Path:
-    """Where `taps profile` saves the profile of a target and dtype on this machine."""
+def profile_path(target: str, dtype: str, linear: str | None = None) -> Path:
+    """Where `taps profile` saves the profile of a target, dtype and linear backend (default:
+    `taps.linear.current_linear()`) on this machine."""
     from taps.assets import taps_home
 
     safe = target.strip("/").replace("/", "--")
-    return taps_home() / "profiles" / f"{safe}-{dtype}.json"
+    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear or current_linear()}.json"
 
 
-def saved_profile(target: str, dtype: str) -> LatencyProfile | None:
-    """The profile `taps profile` measured for this target and dtype, or None if there is none."""
-    path = profile_path(target, dtype)
+def saved_profile(target: str, dtype: str, linear: str | None = None) -> LatencyProfile | None:
+    """The profile `taps profile` measured for this target, dtype and linear backend, or None."""
+    path = profile_path(target, dtype, linear)
     return LatencyProfile.load(path) if path.is_file() else None
 

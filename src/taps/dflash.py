@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from taps.linear import use_linear
 from taps.target import Target
 
 if TYPE_CHECKING:
@@ -314,7 +315,7 @@ class DFlashDrafter:
     def __init__(self, model: DFlashDrafterModel, target: Target, source: str = "the drafter"):
         cfg = model.config
         check_target(cfg, target, source)
-        self.model = model.to(target.dtype).eval()
+        self.model = use_linear(model.to(target.dtype).eval())
         self.embed = target.model.get_input_embeddings()
         head = target.model.get_output_embeddings()
         weight, bias = head.weight, getattr(head, "bias", None)

@@ -1,0 +1,50 @@
+"""The linear-layer backend: same numbers as torch's, training untouched, clear errors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from taps.linear import OneDNNLinear, current_linear, linear_backend, onednn_available, use_linear
+from tiny import tiny_model
+
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN linear")
+
+
+@needs_onednn
+def test_onednn_layer_matches_torch_for_any_number_of_rows():
+    layer = torch.nn.Linear(64, 96)
+    use_linear(layer, "onednn")
+    assert type(layer) is OneDNNLinear
+    for rows in (1, 3, 16):
+        x = torch.randn(1, rows, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+def test_switch_keeps_parameters_and_training_uses_autograd():
+    model = tiny_model("qwen2")
+    model.lm_head.weight = model.model.embed_tokens.weight  # tied, as in SmolLM2 and the 0.5B
+    use_linear(model, "onednn")
+    assert linear_backend(model) == "onednn"
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the switch copies nothing
+    ids = torch.randint(0, 96, (1, 12))
+    with torch.no_grad():
+        fast = model(ids).logits
+    loss = model(ids).logits.logsumexp(-1).mean()  # grad enabled: torch's F.linear, which has a backward
+    loss.backward()
+    assert model.model.layers[0].mlp.up_proj.weight.grad is not None
+    use_linear(model, "torch")
+    assert linear_backend(model) == "torch" and type(model.lm_head) is torch.nn.Linear
+    with torch.no_grad():
+        torch.testing.assert_close(fast, model(ids).logits, rtol=1e-3, atol=1e-3)
+
+
+def test_backend_choice_is_validated(monkeypatch):
+    monkeypatch.setenv("TAPS_LINEAR", "torch")
+    assert current_linear() == "torch"
+    monkeypatch.setenv("TAPS_LINEAR", "blas")
+    with pytest.raises(ValueError, match="TAPS_LINEAR='blas' is not a linear backend"):
+        current_linear()
+    with pytest.raises(ValueError, match="unknown linear backend"):
+        use_linear(torch.nn.Linear(2, 2), "blas")
