@@ -5,6 +5,7 @@ import pytest
 import torch
 from marginals import random_marginals
 
+from taps.drafters import default_scorer
 from taps.policies import TapsConfig, build_pool, ddtree, taps
 from taps.scorer import (
     CandidatePool,
@@ -138,6 +139,13 @@ def test_save_load_round_trip(tmp_path):
     loaded = EdgeScorer.load(tmp_path / "scorer")
     assert loaded.config == s.config
     assert torch.equal(loaded.q_cond(pool, m), s.q_cond(pool, m))
+
+
+def test_a_drafter_folder_brings_its_scorer(tmp_path):
+    """`taps` uses the scorer saved in the drafter's folder unless told otherwise."""
+    assert default_scorer(str(tmp_path)) is None and default_scorer("noisy") is None and default_scorer(None) is None
+    perturbed_scorer().save(tmp_path / "scorer")
+    assert default_scorer(str(tmp_path)) == str(tmp_path / "scorer")
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -23,7 +23,7 @@ import transformers
 from taps.assets import DTYPES, load_model
 from taps.datasets import Prompt, load_prompts
 from taps.decode import DecodeConfig, generate
-from taps.drafters import drafter_feature_layers, make_drafter
+from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
 from taps.costmodel import LatencyProfile, saved_profile
 from taps.linear import current_linear
 from taps.policies import POLICIES, configure_policy
@@ -52,7 +52,7 @@ class BenchConfig:
     assistant: str = "qwen2.5-coder-0.5b"  # assistant model of the hf-assisted peer
     block_len: int | None = None  # positions a test drafter proposes (None: 15)
     profile: str | None = None  # latency profile JSON (default: the one `taps profile` saved for target/dtype)
-    scorer: str | None = None  # trained TAPS edge scorer folder (default: plain marginals)
+    scorer: str | None = None  # trained TAPS edge scorer folder (default: the drafter's scorer/, else plain marginals)
     lookup: bool = True  # taps: n-gram lookup candidates join the pool
 
     def __post_init__(self):
@@ -95,7 +95,8 @@ class Session:
         self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
         self.drafter = make_drafter(cfg.drafter, self.target, block_len=cfg.block_len) if cfg.drafter else None
         profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
-        scorer = EdgeScorer.load(cfg.scorer) if cfg.scorer else None
+        scorer_dir = cfg.scorer or default_scorer(cfg.drafter)
+        scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
         self.selectors = {m: configure_policy(m, profile=profile, scorer=scorer) for m in cfg.methods if m in POLICIES}
         self._assistant = None
 
@@ -181,6 +182,7 @@ def environment(cfg: BenchConfig) -> dict:
         "transformers": transformers.__version__,
         "dtype": cfg.dtype,
         "linear": current_linear(),
+        "scorer": cfg.scorer or default_scorer(cfg.drafter),
         "seed": cfg.seed,
     }
 

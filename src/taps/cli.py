@@ -30,15 +30,17 @@ def _models(args) -> int:
     return 0
 
 
-def _policy_options(args) -> dict:
+def _policy_options(args, drafter: str | None) -> dict:
     """Options of the configurable policies: the latency profile (given, else the one saved by
     `taps profile` for this target and dtype, else the policy warns and uses its stated default)
-    and the trained edge scorer."""
+    and the trained edge scorer (given, else the drafter's own, else plain marginals)."""
     from taps.costmodel import LatencyProfile, saved_profile
+    from taps.drafters import default_scorer
     from taps.scorer import EdgeScorer
 
     profile = LatencyProfile.load(args.profile) if args.profile else saved_profile(args.target, args.dtype)
-    scorer = EdgeScorer.load(args.scorer) if args.scorer else None
+    scorer_dir = args.scorer or default_scorer(drafter)
+    scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
     return {"profile": profile, "scorer": scorer}
 
 
@@ -71,9 +73,9 @@ def _generate(args) -> int:
         seed=args.seed,
         lookup=not args.no_lookup,
     )
-    select = configure_policy(args.method, **_policy_options(args))
     needs_draft = get_policy(args.method).needs_draft
     args.drafter = _drafter_or_default(args) if needs_draft else None
+    select = configure_policy(args.method, **_policy_options(args, args.drafter))
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
     target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if needs_draft else ())
@@ -141,7 +143,7 @@ def _add_policy_options(p) -> None:
     p.add_argument("--profile", default=None,
                    help="latency profile JSON for cost-aware/taps (default: the one `taps profile` saved for "
                         "this target and dtype; without one they warn and use a stated default)")
-    p.add_argument("--scorer", default=None, help="trained TAPS edge scorer folder (default: plain marginals)")
+    p.add_argument("--scorer", default=None, help="trained TAPS edge scorer folder (default: the drafter folder's scorer/, else plain marginals)")
     p.add_argument("--no-lookup", action="store_true", help="taps: no n-gram lookup candidates in the pool")
 
 

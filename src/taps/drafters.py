@@ -157,6 +157,18 @@ def default_drafter(target: str) -> str | None:
     return str(folder) if any((folder / f).is_file() for f in (CONFIG_FILE, GROWN_FILE)) else None
 
 
+SCORER_DIR = "scorer"  # a drafter folder's trained TAPS edge scorer (taps train-scorer), used by default
+
+
+def default_scorer(drafter: str | None) -> str | None:
+    """The edge scorer trained for a drafter folder (its `scorer/`), or None: taps then scores
+    edges by the plain marginals."""
+    if drafter is None or drafter in DRAFTERS:
+        return None
+    folder = Path(drafter) / SCORER_DIR
+    return str(folder) if (folder / CONFIG_FILE).is_file() else None
+
+
 def drafter_feature_layers(name: str) -> tuple[int, ...]:
     """The target layers a drafter reads, known before the target adapter is built (a trained
     drafter's folder says which; the test drafters read none)."""
