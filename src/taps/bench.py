@@ -55,6 +55,11 @@ class BenchConfig:
     scorer: str | None = None  # trained TAPS edge scorer folder (default: the drafter's scorer/, else plain marginals)
     lookup: bool = True  # taps: n-gram lookup candidates join the pool
 
+    @property
+    def scorer_dir(self) -> str | None:
+        """The scorer `taps` uses: --scorer, else the drafter folder's own (None: plain marginals)."""
+        return self.scorer or default_scorer(self.drafter)
+
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
@@ -95,8 +100,7 @@ class Session:
         self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
         self.drafter = make_drafter(cfg.drafter, self.target, block_len=cfg.block_len) if cfg.drafter else None
         profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
-        scorer_dir = cfg.scorer or default_scorer(cfg.drafter)
-        scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
+        scorer = EdgeScorer.load(cfg.scorer_dir) if cfg.scorer_dir else None
         self.selectors = {m: configure_policy(m, profile=profile, scorer=scorer) for m in cfg.methods if m in POLICIES}
         self._assistant = None
 
@@ -182,7 +186,7 @@ def environment(cfg: BenchConfig) -> dict:
         "transformers": transformers.__version__,
         "dtype": cfg.dtype,
         "linear": current_linear(),
-        "scorer": cfg.scorer or default_scorer(cfg.drafter),
+        "scorer": cfg.scorer_dir,
         "seed": cfg.seed,
     }
 
