@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from taps.linear import OneDNNLinear, current_linear, linear_backend, onednn_available, use_linear
+from taps.linear import OneDNNLinear, current_linear, linear_backend, linear_in_use, onednn_available, use_linear
 from tiny import tiny_model
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN linear")
@@ -19,6 +19,7 @@ def test_onednn_layer_matches_torch_for_any_number_of_rows():
         x = torch.randn(1, rows, 64)
         with torch.no_grad():
             torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
+    assert linear_backend(layer) == "onednn" and linear_backend(layer.to(torch.bfloat16)) == "torch"  # bf16 runs F.linear
 
 
 @needs_onednn
@@ -42,7 +43,9 @@ def test_switch_keeps_parameters_and_training_uses_autograd():
 
 def test_backend_choice_is_validated(monkeypatch):
     monkeypatch.setenv("TAPS_LINEAR", "torch")
-    assert current_linear() == "torch"
+    assert current_linear() == "torch" and linear_in_use("float32") == "torch"
+    monkeypatch.delenv("TAPS_LINEAR")
+    assert linear_in_use("bfloat16") == "torch"  # oneDNN serves float32 only
     monkeypatch.setenv("TAPS_LINEAR", "blas")
     with pytest.raises(ValueError, match="TAPS_LINEAR='blas' is not a linear backend"):
         current_linear()

@@ -25,7 +25,7 @@ from taps.datasets import Prompt, load_prompts
 from taps.decode import DecodeConfig, generate
 from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
 from taps.costmodel import LatencyProfile, saved_profile
-from taps.linear import current_linear
+from taps.linear import linear_in_use
 from taps.policies import POLICIES, configure_policy
 from taps.scorer import EdgeScorer
 from taps.target import Target
@@ -185,7 +185,7 @@ def environment(cfg: BenchConfig) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "dtype": cfg.dtype,
-        "linear": current_linear(),
+        "linear": linear_in_use(cfg.dtype),
         "scorer": cfg.scorer_dir,
         "seed": cfg.seed,
     }

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from taps.linear import current_linear, linear_backend
+from taps.linear import linear_backend, linear_in_use
 from taps.tree import Tree
 
 if TYPE_CHECKING:  # only the interface is used: this module sits below the target adapter
@@ -281,11 +281,11 @@ def _median_draft_seconds(target: Target, drafter, ids: list[int], features, rep
 
 def profile_path(target: str, dtype: str, linear: str | None = None) -> Path:
     """Where `taps profile` saves the profile of a target, dtype and linear backend (default:
-    `taps.linear.current_linear()`) on this machine."""
+    the one that dtype runs, `taps.linear.linear_in_use`) on this machine."""
     from taps.assets import taps_home
 
     safe = target.strip("/").replace("/", "--")
-    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear or current_linear()}.json"
+    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear or linear_in_use(dtype)}.json"
 
 
 def saved_profile(target: str, dtype: str, linear: str | None = None) -> LatencyProfile | None:

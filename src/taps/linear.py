@@ -44,6 +44,11 @@ def current_linear() -> str:
     return choice
 
 
+def linear_in_use(dtype: str) -> str:
+    """The kernel a model loaded in `dtype` (e.g. "bfloat16") really runs: oneDNN serves float32 only."""
+    return current_linear() if dtype == "float32" else "torch"
+
+
 class OneDNNLinear(nn.Linear):
     """An `nn.Linear` whose float32 CPU inference runs oneDNN's inner product.
 
@@ -68,5 +73,6 @@ def use_linear(model: nn.Module, backend: str | None = None) -> nn.Module:
 
 
 def linear_backend(model: nn.Module) -> str:
-    """The backend of `model`'s linear layers: onednn if any runs oneDNN, else torch."""
-    return "onednn" if any(type(m) is OneDNNLinear for m in model.modules()) else "torch"
+    """The backend of `model`'s linear layers: onednn if any runs oneDNN (a float32 one), else torch."""
+    fast = any(type(m) is OneDNNLinear and m.weight.dtype == torch.float32 for m in model.modules())
+    return "onednn" if fast else "torch"
