@@ -80,6 +80,15 @@ def test_plan_interleaves_methods_per_prompt_and_budgets_only_speculative_method
     assert len(set((p.id, t, m, b) for p, t, m, b in jobs)) == len(jobs)
 
 
+def test_a_budget_after_a_colon_fixes_that_entrys_budget(harness):
+    cfg = bench.BenchConfig(drafter="oracle", methods=("ar", "chain:7", "ddtree:8", "ddtree:64", "taps"), budgets=(32,))
+    assert cfg.runs == [("ar", None), ("chain", 7), ("ddtree", 8), ("ddtree", 64), ("taps", 32)]
+    assert [(m, b) for _, _, m, b in bench.plan(cfg)][:5] == cfg.runs
+    for bad in ("ar:4", "ddtree:0", "ddtree:x", "hf-assisted:8"):
+        with pytest.raises(ValueError, match="applies only to speculative methods"):
+            bench.BenchConfig(drafter="oracle", methods=("ar", bad))
+
+
 def test_a_rerun_skips_finished_records_and_writes_no_duplicates(harness, tmp_path):
     out = tmp_path / "results.jsonl"
     first = harness(FakeRunner())

@@ -4,30 +4,49 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from taps.linear import OneDNNLinear, current_linear, linear_backend, linear_in_use, onednn_available, use_linear
+import copy
+
+from taps.linear import OneDNNLinear, PackedOneDNNLinear, current_linear, linear_backend, linear_in_use, onednn_available, use_linear
 from tiny import tiny_model
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN linear")
 
 
 @needs_onednn
-def test_onednn_layer_matches_torch_for_any_number_of_rows():
+@pytest.mark.parametrize("backend, layer_class", [("onednn-packed", PackedOneDNNLinear), ("onednn", OneDNNLinear)])
+def test_onednn_layer_matches_torch_for_any_number_of_rows(backend, layer_class):
     layer = torch.nn.Linear(64, 96)
-    use_linear(layer, "onednn")
-    assert type(layer) is OneDNNLinear
+    use_linear(layer, backend)
+    assert type(layer) is layer_class and linear_backend(layer) == backend
     for rows in (1, 3, 16):
         x = torch.randn(1, rows, 64)
         with torch.no_grad():
             torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
-    assert linear_backend(layer) == "onednn" and linear_backend(layer.to(torch.bfloat16)) == "torch"  # bf16 runs F.linear
+    assert linear_backend(layer.to(torch.bfloat16)) == "torch"  # bf16 runs F.linear
+
+
+@needs_onednn
+def test_packed_copy_follows_the_weight_and_copies_without_it():
+    layer = use_linear(torch.nn.Linear(64, 96), "onednn-packed")
+    x = torch.randn(1, 5, 64)
+    with torch.no_grad():
+        before = layer(x)  # packs
+    twin = copy.deepcopy(layer)  # an opaque packed tensor cannot be copied: the copy packs anew
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    layer(x).square().sum().backward()
+    optimizer.step()  # changes the weight in place: the packed copy must not go stale
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(twin(x), before)
+        assert not torch.allclose(layer(x), before)
 
 
 @needs_onednn
 def test_switch_keeps_parameters_and_training_uses_autograd():
     model = tiny_model("qwen2")
     model.lm_head.weight = model.model.embed_tokens.weight  # tied, as in SmolLM2 and the 0.5B
-    use_linear(model, "onednn")
-    assert linear_backend(model) == "onednn"
+    use_linear(model, "onednn-packed")
+    assert linear_backend(model) == "onednn-packed"
     assert model.lm_head.weight is model.model.embed_tokens.weight  # the switch copies nothing
     ids = torch.randint(0, 96, (1, 12))
     with torch.no_grad():

@@ -34,11 +34,15 @@ from taps.verify import SamplingConfig
 KEY_FIELDS = ("dataset", "prompt_id", "method", "budget", "temperature")
 
 
+def _speculative(method: str) -> bool:
+    return method in POLICIES and POLICIES[method].needs_draft
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     target: str = "smollm2-135m"  # packaged name, local folder or hub id
     drafter: str | None = None  # drafter for the speculative methods
-    methods: tuple[str, ...] = ("ar", "chain", "ddtree")  # taps policies and/or peers (PEERS)
+    methods: tuple[str, ...] = ("ar", "chain", "ddtree")  # taps policies and/or peers (PEERS); "name:B" fixes B's budget
     datasets: tuple[str, ...] = ("humaneval",)  # names in taps.datasets.DATASETS
     limit: int = 10  # prompts per dataset (per category for spec-bench)
     temperatures: tuple[float, ...] = (0.0,)  # each prompt runs at each temperature
@@ -60,15 +64,34 @@ class BenchConfig:
         """The scorer `taps` uses: --scorer, else the drafter folder's own (None: plain marginals)."""
         return self.scorer or default_scorer(self.drafter)
 
+    @property
+    def runs(self) -> list[tuple[str, int | None]]:
+        """(method, budget) pairs in --methods order: "ddtree:32" runs at 32, a plain speculative
+        name at every one of `budgets`, ar and the peers once with no budget."""
+        pairs = []
+        for entry in self.methods:
+            name, _, fixed = entry.partition(":")
+            if not _speculative(name):
+                pairs.append((name, None))
+            else:
+                pairs.extend((name, b) for b in ((int(fixed),) if fixed else self.budgets))
+        return list(dict.fromkeys(pairs))
+
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
-        unknown = [m for m in self.methods if m not in POLICIES and m not in PEERS]
+        names = [m.partition(":")[0] for m in self.methods]
+        unknown = [m for m in names if m not in POLICIES and m not in PEERS]
         if unknown:
             raise ValueError(f"unknown methods {unknown}; choose from {', '.join([*POLICIES, *PEERS])}")
-        if "ar" not in self.methods:
+        for entry in self.methods:
+            name, colon, fixed = entry.partition(":")
+            if colon and not (_speculative(name) and fixed.isdigit() and int(fixed) >= 1):
+                raise ValueError(f"{entry!r}: a budget (name:B, B >= 1) applies only to speculative methods"
+                                 f" ({', '.join(m for m in POLICIES if _speculative(m))})")
+        if "ar" not in names:
             raise ValueError("the methods must include ar: every speedup is measured against it")
-        if any(POLICIES[m].needs_draft for m in self.methods if m in POLICIES) and self.drafter is None:
+        if any(_speculative(m) for m in names) and self.drafter is None:
             raise ValueError("speculative methods need a drafter (--drafter)")
         if not self.budgets or min(self.budgets) < 1:
             raise ValueError("budgets must be >= 1")
@@ -101,7 +124,7 @@ class Session:
         self.drafter = make_drafter(cfg.drafter, self.target, block_len=cfg.block_len) if cfg.drafter else None
         profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
         scorer = EdgeScorer.load(cfg.scorer_dir) if cfg.scorer_dir else None
-        self.selectors = {m: configure_policy(m, profile=profile, scorer=scorer) for m in cfg.methods if m in POLICIES}
+        self.selectors = {m: configure_policy(m, profile=profile, scorer=scorer) for m, _ in cfg.runs if m in POLICIES}
         self._assistant = None
 
     @property
@@ -232,10 +255,8 @@ def plan(cfg: BenchConfig) -> list[tuple[Prompt, float, str, int | None]]:
     jobs = []
     for prompt in prompts:
         for temperature in cfg.temperatures:
-            for method in cfg.methods:
-                speculative = method in POLICIES and POLICIES[method].needs_draft
-                for budget in (cfg.budgets if speculative else (None,)):
-                    jobs.append((prompt, temperature, method, budget))
+            for method, budget in cfg.runs:
+                jobs.append((prompt, temperature, method, budget))
     return jobs
 
 

@@ -419,14 +419,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
     b.add_argument("--drafter", default=None, help="drafter of the speculative methods: a folder or a test drafter name")
     b.add_argument("--methods", type=_csv(str), default=("ar", "chain", "ddtree"),
-                   help=f"comma-separated, from: {', '.join([*POLICIES, *PEERS])} (default ar,chain,ddtree)")
+                   help=f"comma-separated, from: {', '.join([*POLICIES, *PEERS])}; a speculative one as NAME:B runs"
+                   " at budget B only, e.g. ddtree:8,ddtree:64 (default ar,chain,ddtree)")
     b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
     b.add_argument("--spec-bench", default=None, help="path of Spec-Bench's question.jsonl (dataset spec-bench)")
     b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories (e.g. spec-bench's translation)")
     b.add_argument("--turns", type=int, default=None, help="ask at most this many turns of multi-turn prompts (all)")
     b.add_argument("--limit", type=int, default=10, help="prompts per dataset, per category for spec-bench (10)")
     b.add_argument("--temperatures", type=_csv(float), default=(0.0,), help="comma-separated (0)")
-    b.add_argument("--budgets", type=_csv(int), default=(16,), help="tree budgets of the speculative methods (16)")
+    b.add_argument("--budgets", type=_csv(int), default=(16,), help="tree budgets of the speculative methods given without :B (16)")
     b.add_argument("--block-len", type=int, default=None, help="positions a test drafter proposes per round (15)")
     b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (128)")
     b.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (default) or float32")

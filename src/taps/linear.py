@@ -6,14 +6,27 @@ speculative decoding pays off only if those rows cost little more than one. PyTo
 costs 2.6-2.9x one row for 4-16 rows; oneDNN's inner product costs 1.5-2.0x and is faster for
 one row too. Qwen2.5-Coder-1.5B, one forward after a 200-token context, fp32 (ms):
 
-    rows            1     4     8    16    32
-    torch (MKL)   591  1576  1541  1691  2576
-    onednn        501   738   868  1000  1292
+    rows                   1     4     8    16    32
+    torch (MKL)          591  1576  1541  1691  2576
+    onednn               501   738   868  1000  1292
+
+oneDNN is faster still on several rows when the weight is first reordered into its blocked
+layout ("packed"), and slower on one row (the 1536x8960 down projection: 2.3 ms plain, 4.5
+packed). So the default `onednn-packed` runs one-row calls (plain decoding) on the plain weight and
+calls of 2..64 rows (tree verification, the drafter's block) on a packed copy, made on the
+first such call: it costs a second copy of the weights in memory. (Long prefills gain nothing
+from packing and use the plain weight.) Same model,
+after a 200-token context, interleaved medians of three (ms):
+
+    rows                   1     8    16    32
+    onednn               406   871   985  1328
+    packed (every call)  499   672   811  1249
 
 The switch is made once per loaded model (`use_linear`) and applies to inference only: with
 autograd recording, or for tensors that are not float32 on the CPU, a layer runs PyTorch's own
 `F.linear`, so training and other dtypes are unchanged. Choose with the environment variable
-TAPS_LINEAR=onednn|torch; the default is onednn where this PyTorch build has it.
+TAPS_LINEAR=onednn-packed|onednn|torch (onednn: plain weights only, no second copy, for tight
+memory); the default is onednn-packed where this PyTorch build has it.
 """
 
 from __future__ import annotations
@@ -24,7 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BACKENDS = ("onednn", "torch")
+BACKENDS = ("onednn-packed", "onednn", "torch")
+PACK_HINT = 16  # the row count oneDNN tunes the packed layout for; 4-64 measured alike here
+# Packing pays for 2..PACK_MAX_ROWS rows; at 200 rows plain and packed cost the same, so a long
+# prefill does not make (and keep) a packed copy, e.g. of an assistant that otherwise runs one row.
+PACK_MAX_ROWS = 64
 ENV = "TAPS_LINEAR"
 
 
@@ -33,15 +50,20 @@ def onednn_available() -> bool:
 
 
 def current_linear() -> str:
-    """The backend chosen by TAPS_LINEAR, else onednn where available, else torch."""
+    """The backend chosen by TAPS_LINEAR, else onednn-packed where available, else torch."""
     choice = os.environ.get(ENV, "").strip().lower()
     if not choice:
-        return "onednn" if onednn_available() else "torch"
+        return "onednn-packed" if onednn_available() else "torch"
     if choice not in BACKENDS:
         raise ValueError(f"{ENV}={choice!r} is not a linear backend; choose one of {', '.join(BACKENDS)}")
-    if choice == "onednn" and not onednn_available():
-        raise ValueError(f"{ENV}=onednn, but this PyTorch build has no oneDNN (mkldnn) linear; use {ENV}=torch")
+    if choice != "torch" and not onednn_available():
+        raise ValueError(f"{ENV}={choice}, but this PyTorch build has no oneDNN (mkldnn) linear; use {ENV}=torch")
     return choice
+
+
+def _inference(layer: nn.Linear, x: torch.Tensor) -> bool:
+    """Whether oneDNN serves this call: float32 CPU inference (autograd needs F.linear's backward)."""
+    return not torch.is_grad_enabled() and x.device.type == "cpu" and x.dtype == layer.weight.dtype == torch.float32
 
 
 def linear_in_use(dtype: str) -> str:
@@ -55,9 +77,34 @@ class OneDNNLinear(nn.Linear):
     Same parameters as the layer it replaces (tied weights stay tied); only `forward` differs."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
+        if not _inference(self, x):
             return F.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [None], "")
+
+
+class PackedOneDNNLinear(OneDNNLinear):
+    """A `OneDNNLinear` that runs calls of 2..PACK_MAX_ROWS rows on a packed copy of its weight.
+
+    The copy is made on the first such call and made again whenever the weight changed since
+    (an optimizer step or `load_state_dict` bumps the tensor's version), so it is never stale."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if not _inference(self, x) or not 2 <= rows <= PACK_MAX_ROWS:  # one row: the plain weight is faster
+            return super().forward(x)
+        key = (self.weight.data_ptr(), self.weight._version)
+        if getattr(self, "_packed_key", None) != key:
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACK_HINT)
+            self._packed_key = key
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [None], "")
+
+    def __getstate__(self) -> dict:
+        # The packed copy is an opaque oneDNN tensor that cannot be copied or pickled; it is a
+        # cache, so copies (deepcopy, pickle) leave it out and pack again on first use.
+        return {k: v for k, v in super().__getstate__().items() if k not in ("_packed", "_packed_key")}
+
+
+CLASSES = {"onednn-packed": PackedOneDNNLinear, "onednn": OneDNNLinear, "torch": nn.Linear}
 
 
 def use_linear(model: nn.Module, backend: str | None = None) -> nn.Module:
@@ -65,14 +112,18 @@ def use_linear(model: nn.Module, backend: str | None = None) -> nn.Module:
     backend = current_linear() if backend is None else backend
     if backend not in BACKENDS:
         raise ValueError(f"unknown linear backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    new_class = OneDNNLinear if backend == "onednn" else nn.Linear
+    new_class = CLASSES[backend]
     for module in model.modules():
-        if type(module) in (nn.Linear, OneDNNLinear):
+        if type(module) in CLASSES.values():
             module.__class__ = new_class  # same state, other forward: no copy of the weights
+            module.__dict__.pop("_packed", None)
+            module.__dict__.pop("_packed_key", None)
     return model
 
 
 def linear_backend(model: nn.Module) -> str:
-    """The backend of `model`'s linear layers: onednn if any runs oneDNN (a float32 one), else torch."""
-    fast = any(type(m) is OneDNNLinear and m.weight.dtype == torch.float32 for m in model.modules())
-    return "onednn" if fast else "torch"
+    """The backend of `model`'s float32 linear layers (the first found), else torch."""
+    for module in model.modules():
+        if isinstance(module, OneDNNLinear) and module.weight.dtype == torch.float32:
+            return "onednn-packed" if type(module) is PackedOneDNNLinear else "onednn"
+    return "torch"
