@@ -12,7 +12,7 @@ one row too. Qwen2.5-Coder-1.5B, one forward after a 200-token context, fp32 (ms
 
 oneDNN is faster still on several rows when the weight is first reordered into its blocked
 layout ("packed"), and slower on one row (the 1536x8960 down projection: 2.3 ms plain, 4.5
-packed). So the default `onednn-packed` runs one-row calls (plain decoding) on the plain weight and
+packed). So `onednn-packed` (opt-in) runs one-row calls (plain decoding) on the plain weight and
 calls of 2..64 rows (tree verification, the drafter's block) on a packed copy, made on the
 first such call: it costs a second copy of the weights in memory. (Long prefills gain nothing
 from packing and use the plain weight.) Same model,
@@ -26,7 +26,9 @@ The switch is made once per loaded model (`use_linear`) and applies to inference
 autograd recording, or for tensors that are not float32 on the CPU, a layer runs PyTorch's own
 `F.linear`, so training and other dtypes are unchanged. Choose with the environment variable
 TAPS_LINEAR=onednn-packed|onednn|torch (onednn: plain weights only, no second copy, for tight
-memory); the default is onednn-packed where this PyTorch build has it.
+memory); the default is onednn where this PyTorch build has it. onednn-packed is opt-in: its copy
+is remade when a weight's version changes, but writes through `.data` (PEFT's merge_and_unload)
+do not bump it, so it is only for models whose weights stay fixed after loading.
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ def onednn_available() -> bool:
 
 
 def current_linear() -> str:
-    """The backend chosen by TAPS_LINEAR, else onednn-packed where available, else torch."""
+    """The backend chosen by TAPS_LINEAR, else onednn where available, else torch."""
     choice = os.environ.get(ENV, "").strip().lower()
     if not choice:
-        return "onednn-packed" if onednn_available() else "torch"
+        return "onednn" if onednn_available() else "torch"
     if choice not in BACKENDS:
         raise ValueError(f"{ENV}={choice!r} is not a linear backend; choose one of {', '.join(BACKENDS)}")
     if choice != "torch" and not onednn_available():
