@@ -1,10 +1,10 @@
 """The linear-layer backend: same numbers as torch's, training untouched, clear errors."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
-
-import copy
 
 from taps.linear import OneDNNLinear, PackedOneDNNLinear, current_linear, linear_backend, linear_in_use, onednn_available, use_linear
 from tiny import tiny_model

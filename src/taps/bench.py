@@ -80,15 +80,15 @@ class BenchConfig:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
-        names = [m.partition(":")[0] for m in self.methods]
-        unknown = [m for m in names if m not in POLICIES and m not in PEERS]
-        if unknown:
-            raise ValueError(f"unknown methods {unknown}; choose from {', '.join([*POLICIES, *PEERS])}")
+        names = []
         for entry in self.methods:
             name, colon, fixed = entry.partition(":")
+            if name not in POLICIES and name not in PEERS:
+                raise ValueError(f"unknown method {name!r}; choose from {', '.join([*POLICIES, *PEERS])}")
             if colon and not (_speculative(name) and fixed.isdigit() and int(fixed) >= 1):
                 raise ValueError(f"{entry!r}: a budget (name:B, B >= 1) applies only to speculative methods"
                                  f" ({', '.join(m for m in POLICIES if _speculative(m))})")
+            names.append(name)
         if "ar" not in names:
             raise ValueError("the methods must include ar: every speedup is measured against it")
         if any(_speculative(m) for m in names) and self.drafter is None:
@@ -123,7 +123,8 @@ class Session:
         self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
         self.drafter = make_drafter(cfg.drafter, self.target, block_len=cfg.block_len) if cfg.drafter else None
         profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
-        scorer = EdgeScorer.load(cfg.scorer_dir) if cfg.scorer_dir else None
+        scorer_dir = cfg.scorer_dir
+        scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
         self.selectors = {m: configure_policy(m, profile=profile, scorer=scorer) for m, _ in cfg.runs if m in POLICIES}
         self._assistant = None
 
@@ -252,12 +253,9 @@ def plan(cfg: BenchConfig) -> list[tuple[Prompt, float, str, int | None]]:
     """Every (prompt, temperature, method, budget) in run order: methods interleaved per prompt."""
     prompts = [p for d in cfg.datasets for p in load_prompts(d, cfg.limit, cfg.spec_bench if d == "spec-bench" else None,
                                                              cfg.categories or None)]  # fmt: skip
-    jobs = []
-    for prompt in prompts:
-        for temperature in cfg.temperatures:
-            for method, budget in cfg.runs:
-                jobs.append((prompt, temperature, method, budget))
-    return jobs
+    runs = cfg.runs
+    return [(prompt, temperature, method, budget) for prompt in prompts for temperature in cfg.temperatures
+            for method, budget in runs]  # fmt: skip
 
 
 def run_job(session: Session, prompt: Prompt, temperature: float, method: str, budget: int | None, max_new: int) -> Run:

@@ -39,7 +39,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BACKENDS = ("onednn-packed", "onednn", "torch")
 PACK_HINT = 16  # the row count oneDNN tunes the packed layout for; 4-64 measured alike here
 # Packing pays for 2..PACK_MAX_ROWS rows; at 200 rows plain and packed cost the same, so a long
 # prefill does not make (and keep) a packed copy, e.g. of an assistant that otherwise runs one row.
@@ -87,12 +86,13 @@ class OneDNNLinear(nn.Linear):
 class PackedOneDNNLinear(OneDNNLinear):
     """A `OneDNNLinear` that runs calls of 2..PACK_MAX_ROWS rows on a packed copy of its weight.
 
-    The copy is made on the first such call and made again whenever the weight changed since
-    (an optimizer step or `load_state_dict` bumps the tensor's version), so it is never stale."""
+    The copy is made on the first such call and made again whenever the weight's version changed
+    since (an optimizer step or `load_state_dict` bumps it). Writes through `.data` do not bump
+    it and leave the copy stale: hence opt-in, for weights that stay fixed once loaded."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if not _inference(self, x) or not 2 <= rows <= PACK_MAX_ROWS:  # one row: the plain weight is faster
+        if not _inference(self, x) or not 2 <= rows <= PACK_MAX_ROWS:  # one row or a long prefill: plain is as fast or faster
             return super().forward(x)
         key = (self.weight.data_ptr(), self.weight._version)
         if getattr(self, "_packed_key", None) != key:
@@ -107,6 +107,7 @@ class PackedOneDNNLinear(OneDNNLinear):
 
 
 CLASSES = {"onednn-packed": PackedOneDNNLinear, "onednn": OneDNNLinear, "torch": nn.Linear}
+BACKENDS = tuple(CLASSES)
 
 
 def use_linear(model: nn.Module, backend: str | None = None) -> nn.Module:
