@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from taps.report import markdown_table, pooled_rows, stage_shares, write_report
+from taps.report import head_to_head, markdown_table, pooled_rows, stage_shares, write_report
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -168,6 +168,33 @@ def test_peers_only_still_write_a_table(tmp_path):
     text = write_report(records, tmp_path).read_text()
     assert len(parse_table(text)) == 6  # 3 dataset labels (spec-bench per category) x 2 temperatures
     assert not (tmp_path / "tau_vs_tree_size.png").exists() and not (tmp_path / "stage_split.png").exists()
+
+
+def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_path):
+    # per prompt i: ar 10 tok/s; ddtree:8 15 (the best ddtree), ddtree:32 12, hf-assisted 20 + i, taps 18 + 2i;
+    # a fifth prompt only taps ran is not paired with anyone
+    speeds = {"ar": lambda i: 10, ("ddtree", 8): lambda i: 15, ("ddtree", 32): lambda i: 12,
+              "hf-assisted": lambda i: 20 + i, ("taps", 16): lambda i: 18 + 2 * i}  # fmt: skip
+    records = []
+    for i in range(5):
+        for key, speed in speeds.items():
+            method, budget = key if isinstance(key, tuple) else (key, None)
+            if i == 4 and method != "taps":
+                continue
+            rec = make_record("humaneval", f"HumanEval/{i}", method, budget, 0.0, [[1] * 60],
+                              accepted=None if method == "hf-assisted" else [[0] * 60])
+            rec["total_seconds"] = 60 / speed(i)
+            records.append(rec)
+    rows = head_to_head(records)
+    got = {(r["rival"], r["rival_budget"]): r for r in rows}
+    assert got.keys() == {("hf-assisted", None), ("ddtree", 8)}  # ddtree:32 is not the best budget
+    assert got["hf-assisted", None]["prompts"] == 4
+    assert got["hf-assisted", None]["speedup_vs_rival"] == pytest.approx(statistics.median((18 + 2 * i) / (20 + i) for i in range(4)))
+    assert got["ddtree", 8]["speedup_vs_rival"] == pytest.approx(statistics.median((18 + 2 * i) / 15 for i in range(4)))
+    assert all(r["method"] == "taps" and r["budget"] == 16 and r["dataset"] == "humaneval" for r in rows)
+    text = write_report(records, tmp_path).read_text()
+    assert "| humaneval | 0.0 | taps | 16 | ddtree | 8 | 4 |" in text
+    assert not head_to_head([r for r in records if r["method"] != "taps"])
 
 
 def test_no_records_is_an_error(tmp_path):

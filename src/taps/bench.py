@@ -292,9 +292,14 @@ def run_bench(cfg: BenchConfig, out: Path, progress: bool = True) -> list[dict]:
     return [r for r in read_records(out) if record_key(r) in wanted]
 
 
-def _group_label(rec: dict) -> str:
+def group_label(rec: dict) -> str:
     # Spec-Bench reports per category
     return f"spec-bench/{rec['category']}" if rec["dataset"] == "spec-bench" else rec["dataset"]
+
+
+def tokens_per_second(rec: dict) -> float | None:
+    """A record's new tokens over its wall seconds (all turns); None for a run that took no time."""
+    return rec["new_tokens"] / rec["total_seconds"] if rec["total_seconds"] > 0 else None
 
 
 def summarize(records: Iterable[dict]) -> list[dict]:
@@ -304,13 +309,13 @@ def summarize(records: Iterable[dict]) -> list[dict]:
     ar = {(r["dataset"], r["prompt_id"], r["temperature"]): r for r in records if r["method"] == "ar"}
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault((r["method"], _group_label(r), r["budget"], r["temperature"]), []).append(r)
+        groups.setdefault((r["method"], group_label(r), r["budget"], r["temperature"]), []).append(r)
     rows = []
     for (method, dataset, budget, temperature), recs in groups.items():
-        tps = [r["new_tokens"] / r["total_seconds"] for r in recs if r["total_seconds"] > 0]
+        tps = [v for v in map(tokens_per_second, recs) if v is not None]
         pairs = [(r, ar.get((r["dataset"], r["prompt_id"], r["temperature"]))) for r in recs]
-        pairs = [(r, a) for r, a in pairs if a is not None and a["new_tokens"] and r["total_seconds"] > 0]
-        speedups = [(r["new_tokens"] / r["total_seconds"]) / (a["new_tokens"] / a["total_seconds"]) for r, a in pairs]
+        pairs = [(r, a) for r, a in pairs if a is not None and tokens_per_second(a) and tokens_per_second(r) is not None]
+        speedups = [tokens_per_second(r) / tokens_per_second(a) for r, a in pairs]
         rounds = [sum(r["rounds"]) for r in recs if r["rounds"] is not None]
         tau = sum(r["new_tokens"] for r in recs) / sum(rounds) if rounds and len(rounds) == len(recs) else None
         sizes = [s for r in recs for s in r["tree_sizes"]]

@@ -8,6 +8,7 @@ same definitions (tau, paired speedup, mean tree size) by running `summarize` on
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -16,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from taps.bench import summarize
+from taps.bench import PEERS, group_label, summarize, tokens_per_second
 
 # (summary key, header, format); "s" columns are text, the others right-aligned numbers
 COLUMNS = (
@@ -32,6 +33,17 @@ COLUMNS = (
     ("match_rate_vs_ar", "match rate vs ar", ".2f"),
 )
 
+HEAD_TO_HEAD_COLUMNS = (
+    ("dataset", "dataset", "s"),
+    ("temperature", "T", ".1f"),
+    ("method", "method", "s"),
+    ("budget", "budget", "d"),
+    ("rival", "rival", "s"),
+    ("rival_budget", "rival budget", "d"),
+    ("prompts", "prompts", "d"),
+    ("speedup_vs_rival", "speedup vs rival", ".2f"),
+)
+
 DEFINITIONS = """\
 - tau: tokens committed per target forward (sum of new tokens / sum of rounds); `-` for peers, which do not expose rounds.
 - tokens/s: median over prompts of new tokens / wall seconds (all turns).
@@ -40,16 +52,47 @@ DEFINITIONS = """\
 - match rate vs ar: share of prompts whose generated tokens equal ar's."""
 
 
-def markdown_table(rows: list[dict]) -> str:
-    """A markdown table of `bench.summarize` rows; `-` where a value does not apply."""
+def markdown_table(rows: list[dict], columns: tuple = COLUMNS) -> str:
+    """A markdown table of `bench.summarize` rows (or others, given their columns); `-` where a
+    value does not apply."""
 
     def cell(value, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    header = "| " + " | ".join(title for _, title, _ in COLUMNS) + " |"
-    rule = "|" + "|".join("---" if fmt == "s" else "---:" for _, _, fmt in COLUMNS) + "|"
-    body = ["| " + " | ".join(cell(row[key], fmt) for key, _, fmt in COLUMNS) + " |" for row in rows]
+    header = "| " + " | ".join(title for _, title, _ in columns) + " |"
+    rule = "|" + "|".join("---" if fmt == "s" else "---:" for _, _, fmt in columns) + "|"
+    body = ["| " + " | ".join(cell(row[key], fmt) for key, _, fmt in columns) + " |" for row in rows]
     return "\n".join([header, rule, *body])
+
+
+def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "ddtree") -> list[dict]:
+    """`method` against what a user would pick instead, per (dataset, temperature) and budget of
+    `method`: every peer present (hf-assisted, prompt-lookup) and the `tree_rival` budget with the
+    best median speedup over ar there. The ratio is the median over prompts of `method`'s tokens/s
+    over the rival's on the same prompt (paired, like speedup vs ar); above 1, `method` is faster."""
+    summary = summarize(records)
+    tps: dict[tuple, dict[tuple, float]] = {}  # (dataset label, T, method, budget) -> {(dataset, prompt): tok/s}
+    for r in records:
+        v = tokens_per_second(r)
+        if v is not None:
+            tps.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), {})[(r["dataset"], r["prompt_id"])] = v
+    rows = []
+    for own in (x for x in summary if x["method"] == method):
+        group = [x for x in summary if (x["dataset"], x["temperature"]) == (own["dataset"], own["temperature"])]
+        trees = [x for x in group if x["method"] == tree_rival and x["speedup_vs_ar"] is not None]
+        rivals = [x for x in group if x["method"] in PEERS]
+        if trees:
+            rivals.append(max(trees, key=lambda x: x["speedup_vs_ar"]))
+        mine = tps.get((own["dataset"], own["temperature"], method, own["budget"]), {})
+        for rival in rivals:
+            theirs = tps.get((rival["dataset"], rival["temperature"], rival["method"], rival["budget"]), {})
+            ratios = [mine[k] / theirs[k] for k in mine.keys() & theirs.keys() if theirs[k] > 0]
+            rows.append({
+                "dataset": own["dataset"], "temperature": own["temperature"], "method": method, "budget": own["budget"],
+                "rival": rival["method"], "rival_budget": rival["budget"], "prompts": len(ratios),
+                "speedup_vs_rival": statistics.median(ratios) if ratios else None,
+            })  # fmt: skip
+    return rows
 
 
 def _distinct(values: Iterable) -> list:
@@ -199,6 +242,22 @@ def _plots(records: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]
     }  # fmt: skip
 
 
+def head_to_head_section(records: list[dict]) -> list[str]:
+    """The report's lines comparing taps with its rivals; none when taps or every rival is absent."""
+    rows = head_to_head(records)
+    if not rows:
+        return []
+    return [
+        "## taps against what a user would pick instead",
+        "",
+        markdown_table(rows, HEAD_TO_HEAD_COLUMNS),
+        "",
+        "- speedup vs rival: median over prompts of taps' tokens/s divided by the rival's on the same prompt "
+        "and temperature; the ddtree rival is its budget with the best median speedup vs ar on that set.",
+        "",
+    ]
+
+
 def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     """Write out_dir/report.md (summary table, environment, links to the plots) and the PNG plots
     beside it; returns the report's path."""
@@ -224,6 +283,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         "",
         DEFINITIONS,
         "",
+        *head_to_head_section(records),
         "## Plots (all datasets pooled)",
         "",
         *(figures or ["No plottable data.", ""]),
