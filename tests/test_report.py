@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from taps.report import head_to_head, markdown_table, pooled_rows, stage_shares, write_report
+from taps.report import complete_only, head_to_head, markdown_table, pooled_rows, stage_shares, write_report
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -195,6 +195,15 @@ def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_p
     text = write_report(records, tmp_path).read_text()
     assert "| humaneval | 0.0 | taps | 16 | ddtree | 8 | 4 |" in text
     assert not head_to_head([r for r in records if r["method"] != "taps"])
+
+
+def test_complete_only_drops_prompts_some_method_has_not_finished():
+    records = synthetic_records()
+    unfinished = [r for r in records if not (r["prompt_id"] == "HumanEval/1" and r["temperature"] == 1.0 and r["method"] == "ddtree")]
+    kept = complete_only(unfinished)
+    assert {(r["prompt_id"], r["temperature"]) for r in unfinished} - {(r["prompt_id"], r["temperature"]) for r in kept} == {("HumanEval/1", 1.0)}
+    assert len(kept) == len(records) - 5  # that prompt's 5 runs at T=1 (ar, 3 speculative, hf-assisted): 4 left, all dropped
+    assert complete_only(records) == records
 
 
 def test_no_records_is_an_error(tmp_path):

@@ -130,11 +130,13 @@ def _report(args) -> int:
     from pathlib import Path
 
     from taps.bench import read_records
-    from taps.report import write_report
+    from taps.report import complete_only, write_report
 
     records = read_records(Path(args.results))
     if not records:
         raise ValueError(f"no benchmark records in {args.results}")
+    if args.complete_only:
+        records = complete_only(records)
     print(write_report(records, Path(args.out)))
     return 0
 
@@ -439,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="markdown table and plots from a bench results JSONL")
     r.add_argument("results", help="the JSONL written by taps bench")
     r.add_argument("--out", required=True, help="folder for report.md and the PNG plots")
+    r.add_argument("--complete-only", action="store_true",
+                   help="keep only prompts that every method of their set has finished (a run still in progress)")
     r.set_defaults(func=_report)
 
     _add_gen_data(sub)

@@ -65,6 +65,18 @@ def markdown_table(rows: list[dict], columns: tuple = COLUMNS) -> str:
     return "\n".join([header, rule, *body])
 
 
+def complete_only(records: list[dict]) -> list[dict]:
+    """The records of prompts that every (method, budget) of their set and temperature has finished,
+    so that each row of a report in progress covers the same prompts."""
+    entries: dict[tuple, set] = {}  # (dataset label, T) -> {(method, budget)}
+    done: dict[tuple, set] = {}  # (dataset, prompt, T) -> {(method, budget)}
+    for r in records:
+        entries.setdefault((group_label(r), r["temperature"]), set()).add((r["method"], r["budget"]))
+        done.setdefault((r["dataset"], r["prompt_id"], r["temperature"]), set()).add((r["method"], r["budget"]))
+    return [r for r in records
+            if done[r["dataset"], r["prompt_id"], r["temperature"]] == entries[group_label(r), r["temperature"]]]
+
+
 def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "ddtree") -> list[dict]:
     """`method` against what a user would pick instead, per (dataset, temperature) and budget of
     `method`: every peer present (hf-assisted, prompt-lookup) and the `tree_rival` budget with the
