@@ -1,0 +1,15 @@
+#!/bin/bash
+# The headline benchmark of the README, as resumable steps into one results.jsonl: a rerun skips
+# every finished record, so this script continues where an interrupted session stopped.
+# Every step interleaves all methods per prompt in one process (float32, packed oneDNN weights).
+set -e
+cd "$(dirname "$0")/../.."
+export TAPS_LINEAR=onednn-packed
+OUT=results/qwen1.5b-packed-fp32
+COMMON="--target qwen2.5-coder-1.5b --limit 10 --temperatures 0,1 --max-new-tokens 128 --dtype float32 --out $OUT/results.jsonl"
+.venv/bin/taps bench $COMMON --methods ar,chain:7,ddtree:16,cost-aware:32,taps:32,hf-assisted --datasets humaneval
+M=ar,chain:7,ddtree:16,cost-aware:32,taps:32,hf-assisted,prompt-lookup
+.venv/bin/taps bench $COMMON --methods $M --datasets mt-bench --turns 1
+for c in summarization math_reasoning translation; do
+  .venv/bin/taps bench $COMMON --methods $M --datasets spec-bench --spec-bench ../shared/data/spec_bench/question.jsonl --categories $c
+done
