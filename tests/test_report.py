@@ -1,11 +1,13 @@
 """The benchmark report: table numbers recomputed by hand from raw records, plots written as PNG."""
 
+import itertools
 import random
 import statistics
 
 import pytest
 
-from taps.report import complete_only, head_to_head, markdown_table, pooled_rows, stage_shares, write_report
+from taps.report import (complete_only, head_to_head, markdown_table, pooled_rows, same_size_tau, stage_shares, tau_at_size,
+                         write_report)
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -77,8 +79,10 @@ def synthetic_records(seed=0):
 
 
 def parse_table(markdown):
-    """The summary table's rows as dicts keyed by header (cells kept as the text written)."""
-    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    """The first table's rows (the summary) as dicts keyed by header (cells kept as the text written)."""
+    after = markdown.splitlines()
+    start = next(i for i, line in enumerate(after) if line.startswith("|"))
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"), after[start:]))
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
 
@@ -195,6 +199,32 @@ def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_p
     text = write_report(records, tmp_path).read_text()
     assert "| humaneval | 0.0 | taps | 16 | ddtree | 8 | 4 |" in text
     assert not head_to_head([r for r in records if r["method"] != "taps"])
+
+
+def test_tau_at_size_interpolates_in_log_size_and_never_extrapolates():
+    curve = [(16.0, 3.0), (4.0, 2.0), (64.0, 3.5)]
+    assert tau_at_size(curve, 8.0) == pytest.approx(2.5)  # halfway between 4 and 16 in log size
+    assert tau_at_size(curve, 16.0) == 3.0
+    assert tau_at_size(curve, 32.0) == pytest.approx(3.25)
+    assert tau_at_size(curve, 3.0) is None and tau_at_size(curve, 65.0) is None
+    assert tau_at_size([(7.0, 2.2)], 7.0) == 2.2 and tau_at_size([(7.0, 2.2)], 6.0) is None
+
+
+def test_same_size_tau_reads_ddtree_at_each_methods_mean_tree_size(tmp_path):
+    # one prompt of 60 tokens: ddtree:4 in 30 rounds (tau 2), ddtree:16 in 20 (tau 3), taps:32 with
+    # trees of 8 nodes in 24 rounds (tau 2.5) and chain:2, smaller than any measured ddtree
+    runs = {("ddtree", 4): 30, ("ddtree", 16): 20, ("taps", 8): 24, ("chain", 2): 40}
+    records = [make_record("humaneval", "HumanEval/0", "ar", None, 0.0, [[1] * 60], accepted=[[0] * 60])]
+    for (method, size), rounds in runs.items():
+        records.append(make_record("humaneval", "HumanEval/0", method, size, 0.0, [[1] * 60], accepted=[[1] * rounds]))
+    records[-2]["budget"] = 32  # taps' budget is a cap; its trees (tree_sizes) are what count
+    rows = {r["method"]: r for r in same_size_tau(records)}
+    assert rows.keys() == {"taps", "chain"}
+    assert rows["taps"]["reference_tau"] == pytest.approx(2.5) and rows["taps"]["tau_ratio"] == pytest.approx(1.0)
+    assert rows["chain"]["reference_tau"] is None
+    text = write_report(records, tmp_path).read_text()
+    assert "| humaneval | 0.0 | taps | 32 | 8.0 | 2.50 | 2.50 | 1.000 |" in text
+    assert "| chain | 2 |" not in text.split("## tau against ddtree")[1]
 
 
 def test_complete_only_drops_prompts_some_method_has_not_finished():

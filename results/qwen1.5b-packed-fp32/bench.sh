@@ -10,6 +10,14 @@ COMMON="--target qwen2.5-coder-1.5b --limit 10 --temperatures 0,1 --max-new-toke
 .venv/bin/taps bench $COMMON --methods ar,chain:7,ddtree:16,cost-aware:32,taps:32,hf-assisted --datasets humaneval
 M=ar,chain:7,ddtree:16,cost-aware:32,taps:32,hf-assisted,prompt-lookup
 .venv/bin/taps bench $COMMON --methods $M --datasets mt-bench --turns 1
-for c in summarization math_reasoning translation; do
-  .venv/bin/taps bench $COMMON --methods $M --datasets spec-bench --spec-bench ../shared/data/spec_bench/question.jsonl --categories $c
+SPEC="--datasets spec-bench --spec-bench ../shared/data/spec_bench/question.jsonl"
+# Summarization also carries issue 4's lookup ablation (taps without n-gram lookup candidates).
+.venv/bin/taps bench $COMMON --methods $M,taps-nolookup:32 $SPEC --categories summarization
+for c in math_reasoning translation; do
+  .venv/bin/taps bench $COMMON --methods $M $SPEC --categories $c
+done
+# Issue 4: ddtree budgets and the taps ablations, interleaved with ar and taps in their own file.
+A=ar,ddtree:8,ddtree:32,ddtree:64,taps:32,taps-noscorer:32,taps-fixed:32,taps-nolookup:32
+for d in humaneval mt-bench; do
+  .venv/bin/taps bench ${COMMON/results.jsonl/ablations.jsonl} --methods $A --datasets $d --turns 1
 done

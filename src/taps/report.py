@@ -107,6 +107,50 @@ def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "d
     return rows
 
 
+SAME_SIZE_COLUMNS = (
+    ("dataset", "dataset", "s"),
+    ("temperature", "T", ".1f"),
+    ("method", "method", "s"),
+    ("budget", "budget", "d"),
+    ("mean_tree_size", "mean tree size", ".1f"),
+    ("tau", "tau", ".2f"),
+    ("reference_tau", "ddtree tau at that size", ".2f"),
+    ("tau_ratio", "tau / ddtree's", ".3f"),
+)
+
+
+def tau_at_size(points: list[tuple[float, float]], size: float) -> float | None:
+    """tau of a reference curve at `size`, from (mean tree size, tau) points: linear in log size
+    between the two measured points around it; None outside the measured range (tau against size is
+    concave, so extrapolating, or reaching down to tau(0) = 1, would misstate the reference)."""
+    points = sorted(points)
+    for (s0, t0), (s1, t1) in zip(points, points[1:]):
+        if s0 <= size <= s1 and s0 > 0:
+            w = 0.0 if s1 == s0 else math.log(size / s0) / math.log(s1 / s0)
+            return t0 + w * (t1 - t0)
+    return next((t for s, t in points if s == size), None)  # a single point, matched exactly
+
+
+def same_size_tau(records: list[dict], reference: str = "ddtree") -> list[dict]:
+    """Every other drafting method's tau against the `reference` policy's tau at the same mean tree
+    size, per (dataset, temperature): issue 4's "taps against ddtree at the same size" (the paper
+    reports +14% for TAPS), read off the reference's measured budgets by `tau_at_size`."""
+    summary = [x for x in summarize(records) if x["tau"] is not None and x["mean_tree_size"]]
+    rows = []
+    for x in summary:
+        if x["method"] == reference:
+            continue
+        curve = [(y["mean_tree_size"], y["tau"]) for y in summary
+                 if y["method"] == reference and (y["dataset"], y["temperature"]) == (x["dataset"], x["temperature"])]
+        ref = tau_at_size(curve, x["mean_tree_size"])
+        rows.append({
+            "dataset": x["dataset"], "temperature": x["temperature"], "method": x["method"], "budget": x["budget"],
+            "mean_tree_size": x["mean_tree_size"], "tau": x["tau"], "reference_tau": ref,
+            "tau_ratio": None if ref is None else x["tau"] / ref,
+        })  # fmt: skip
+    return rows
+
+
 def _distinct(values: Iterable) -> list:
     # dicts are unhashable, so no set/dict.fromkeys; the order of first appearance is kept
     out = []
@@ -270,6 +314,23 @@ def head_to_head_section(records: list[dict]) -> list[str]:
     ]
 
 
+def same_size_section(records: list[dict]) -> list[str]:
+    """The report's lines comparing each method's tau with ddtree's at the same mean tree size;
+    none unless ddtree ran at two or more budgets somewhere."""
+    rows = [x for x in same_size_tau(records) if x["reference_tau"] is not None]
+    if not rows:
+        return []
+    return [
+        "## tau against ddtree at the same mean tree size",
+        "",
+        markdown_table(rows, SAME_SIZE_COLUMNS),
+        "",
+        "- ddtree tau at that size: ddtree's tau interpolated between its two measured budgets around the "
+        "method's mean tree size, linearly in log size; methods outside ddtree's measured sizes are left out.",
+        "",
+    ]
+
+
 def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     """Write out_dir/report.md (summary table, environment, links to the plots) and the PNG plots
     beside it; returns the report's path."""
@@ -296,6 +357,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         DEFINITIONS,
         "",
         *head_to_head_section(records),
+        *same_size_section(records),
         "## Plots (all datasets pooled)",
         "",
         *(figures or ["No plottable data.", ""]),
