@@ -191,3 +191,39 @@ def test_summaries_are_recomputed_from_the_raw_records(harness, tmp_path):
     assert after["tau"] == pytest.approx((5 + 5 + 9) / (2 + 2 + 3))
     assert after["tokens_per_second"] == pytest.approx(25.0)  # median of 25, 25, 22.5
     assert after["match_rate_vs_ar"] == 0.0  # ar committed 4 tokens, chain 5 or 9
+
+
+def answer_record(dataset, prompt_id, category, method, budget, accepted, seconds):
+    """A bench record with what the Spec-Bench answer files read (one turn)."""
+    tokens = [5] * sum(a + 1 for a in accepted)
+    return {"dataset": dataset, "prompt_id": prompt_id, "category": category, "method": method, "budget": budget,
+            "temperature": 0.0, "texts": [f"answer to {prompt_id}"], "token_ids": [tokens], "seconds": [seconds],
+            "rounds": [len(accepted)], "accepted_per_round": accepted}  # fmt: skip
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_spec_bench_answer_files_feed_its_speed_and_equal_scripts(tmp_path):
+    # written out of order, two datasets; HumanEval's category "coding" is also one of the MT-Bench
+    # categories Spec-Bench's speed.py selects, so each dataset gets its own folder
+    records = [
+        answer_record("spec-bench", "81", "translation", "chain", 4, [3, 1, 2], 2.0),
+        answer_record("humaneval", "HumanEval/2", "coding", "ar", None, [0] * 6, 3.0),
+        answer_record("spec-bench", "81", "translation", "ar", None, [0] * 9, 4.0),
+        answer_record("spec-bench", "9", "writing", "ar", None, [0] * 4, 1.0),
+        answer_record("spec-bench", "9", "writing", "chain", 4, [3], 0.5),
+    ]
+    paths = bench.write_spec_bench_answers(records, tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
+        "humaneval/ar-t0.0.jsonl", "spec-bench/ar-t0.0.jsonl", "spec-bench/chain-b4-t0.0.jsonl"]
+    ar, chain = read_jsonl(tmp_path / "spec-bench/ar-t0.0.jsonl"), read_jsonl(tmp_path / "spec-bench/chain-b4-t0.0.jsonl")
+    assert [row["question_id"] for row in ar] == [row["question_id"] for row in chain] == [9, 81]
+    # speed.py: per row sum(new_tokens) / sum(wall_time); mean of accept_lengths is tau
+    assert [sum(r["choices"][0]["new_tokens"]) / sum(r["choices"][0]["wall_time"]) for r in chain] == [4 / 0.5, 9 / 2.0]
+    lengths = [a for r in chain for a in r["choices"][0]["accept_lengths"]]
+    assert sum(lengths) / len(lengths) == (4 + 9) / 4
+    assert [r["category"] for r in ar] == ["writing", "translation"]
+    # equal.py: the i-th lines' turns compared as text
+    assert [str(r["choices"][0]["turns"]) for r in ar] == [str(r["choices"][0]["turns"]) for r in chain]

@@ -42,7 +42,7 @@ def _speculative(method: str) -> bool:
 class BenchConfig:
     target: str = "smollm2-135m"  # packaged name, local folder or hub id
     drafter: str | None = None  # drafter for the speculative methods
-    methods: tuple[str, ...] = ("ar", "chain", "ddtree")  # taps policies and/or peers (PEERS); "name:B" fixes B's budget
+    methods: tuple[str, ...] = ("ar", "chain", "ddtree", "taps")  # taps policies and/or peers (PEERS); "name:B" fixes B's budget
     datasets: tuple[str, ...] = ("humaneval",)  # names in taps.datasets.DATASETS
     limit: int = 10  # prompts per dataset (per category for spec-bench)
     temperatures: tuple[float, ...] = (0.0,)  # each prompt runs at each temperature
@@ -348,13 +348,21 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _question_order(rec: dict) -> tuple:
+    # Spec-Bench's ids are integers; every other set's are strings ("HumanEval/3")
+    pid = str(rec["prompt_id"])
+    return (0, int(pid), "") if pid.isdigit() else (1, 0, pid)
+
+
 def write_spec_bench_answers(records: Iterable[dict], folder: Path) -> list[Path]:
-    """Answer files in Spec-Bench's format (one per method/budget/temperature), so its
-    speed.py and equal.py run on our output."""
-    files: dict[str, list[dict]] = {}
-    for r in records:
+    """Answer files in Spec-Bench's format, `folder/<dataset>/<method>[-b<budget>]-t<T>.jsonl`, so
+    its evaluation/speed.py and equal.py run on our output. One folder per dataset because speed.py
+    selects rows by category (HumanEval's "coding" would count as MT-Bench's), and rows sorted by
+    question because equal.py compares two files line by line."""
+    files: dict[tuple[str, str], list[dict]] = {}
+    for r in sorted(records, key=_question_order):
         model_id = f"{r['method']}" + (f"-b{r['budget']}" if r["budget"] else "") + f"-t{r['temperature']}"
-        files.setdefault(model_id, []).append({
+        files.setdefault((r["dataset"], model_id), []).append({
             "question_id": int(r["prompt_id"]) if str(r["prompt_id"]).isdigit() else r["prompt_id"],
             "category": r["category"],
             "answer_id": f"{model_id}-{r['prompt_id']}",
@@ -368,10 +376,10 @@ def write_spec_bench_answers(records: Iterable[dict], folder: Path) -> list[Path
                 "accept_lengths": [a + 1 for a in r["accepted_per_round"]],
             }],
         })  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for model_id, rows in files.items():
-        path = folder / f"{model_id}.jsonl"
+    for (dataset, model_id), rows in files.items():
+        path = folder / dataset / f"{model_id}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
         paths.append(path)
     return paths

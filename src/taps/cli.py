@@ -107,7 +107,7 @@ def _csv(kind):
 def _bench(args) -> int:
     from pathlib import Path
 
-    from taps.bench import BenchConfig, format_table, run_bench, summarize, write_spec_bench_answers
+    from taps.bench import BenchConfig, format_table, read_records, run_bench, summarize, write_spec_bench_answers
     from taps.drafters import default_drafter
 
     cfg = BenchConfig(
@@ -120,8 +120,9 @@ def _bench(args) -> int:
     records = run_bench(cfg, out, progress=True)
     rows = summarize(records)
     print(format_table(rows))
-    answers = write_spec_bench_answers(records, out.with_suffix(".answers"))
-    print(f"records: {out} ({len(records)}); Spec-Bench answer files: {answers[0].parent if answers else '-'}")
+    # the answer files cover every record in the file, not only this invocation's
+    answers = write_spec_bench_answers(read_records(out), out.with_suffix(".answers"))
+    print(f"records: {out} ({len(records)}); Spec-Bench answer files: {answers[0].parent.parent if answers else '-'}")
     print(json.dumps({"target": cfg.target, "results": rows}))
     return 0
 
@@ -420,9 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run methods side by side on prompt sets; JSONL records, table, JSON summary")
     b.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
     b.add_argument("--drafter", default=None, help="drafter of the speculative methods: a folder or a test drafter name")
-    b.add_argument("--methods", type=_csv(str), default=("ar", "chain", "ddtree"),
+    b.add_argument("--methods", type=_csv(str), default=("ar", "chain", "ddtree", "taps"),
                    help=f"comma-separated, from: {', '.join([*POLICIES, *PEERS])}; a speculative one as NAME:B runs"
-                   " at budget B only, e.g. ddtree:8,ddtree:64 (default ar,chain,ddtree)")
+                   " at budget B only, e.g. ddtree:8,ddtree:64 (default ar,chain,ddtree,taps)")
     b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
     b.add_argument("--spec-bench", default=None, help="path of Spec-Bench's question.jsonl (dataset spec-bench)")
     b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories (e.g. spec-bench's translation)")
