@@ -4,6 +4,13 @@
 # Every step interleaves all methods per prompt in one process (float32, packed oneDNN weights).
 set -e
 cd "$(dirname "$0")/../.."
+# The run spans several sessions, so it runs the code of one commit, unpacked once under runs/
+# (ignored by git): development may go on in src/ meanwhile and every step still runs the same
+# code. Decoding behaves as it did for the first steps (the changes since were reports and docs).
+REV=1341cb6
+SRC=runs/bench-src-$REV
+[ -d $SRC ] || { mkdir -p $SRC.tmp && git archive $REV src | tar -x -C $SRC.tmp && mv $SRC.tmp $SRC; }
+export PYTHONPATH=$PWD/$SRC/src
 export TAPS_LINEAR=onednn-packed
 OUT=results/qwen1.5b-packed-fp32
 COMMON="--target qwen2.5-coder-1.5b --limit 10 --temperatures 0,1 --max-new-tokens 128 --dtype float32 --out $OUT/results.jsonl"
