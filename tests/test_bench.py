@@ -14,7 +14,7 @@ MAX_NEW = 32  # recorded runs; the unrecorded warm-up runs use 8
 RECORD_FIELDS = {
     "dataset", "prompt_id", "category", "method", "budget", "temperature", "target", "drafter", "token_ids", "texts",
     "seconds", "rounds", "accepted_per_round", "tree_sizes", "stage_seconds", "new_tokens", "total_seconds",
-    "peak_rss_mb", "env",
+    "peak_rss_mb", "env", "copy_rounds",
 }  # fmt: skip
 
 

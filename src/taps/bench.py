@@ -112,6 +112,7 @@ class Run:
     accepted_per_round: list[int] = field(default_factory=list)
     tree_sizes: list[int] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    copy_rounds: int = 0  # rounds that verified an n-gram continuation without calling the drafter (taps.copying)
 
 
 class Session:
@@ -122,10 +123,10 @@ class Session:
         model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
         self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
         self.drafter = make_drafter(cfg.drafter, self.target, block_len=cfg.block_len) if cfg.drafter else None
-        profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
+        self.profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
         scorer_dir = cfg.scorer_dir
         scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
-        self.selectors = {m: configure_policy(m, profile=profile, scorer=scorer) for m, _ in cfg.runs if m in POLICIES}
+        self.selectors = {m: configure_policy(m, profile=self.profile, scorer=scorer) for m, _ in cfg.runs if m in POLICIES}
         self._assistant = None
 
     @property
@@ -158,7 +159,7 @@ def run_policy(session: Session, prompt: Prompt, method: str, budget: int | None
                        sampling=SamplingConfig(temperature), seed=seed, lookup=session.cfg.lookup)  # fmt: skip
 
     def answer(ids):
-        res = generate(session.target, ids, cfg, session.drafter, session.selectors[method])
+        res = generate(session.target, ids, cfg, session.drafter, session.selectors[method], session.profile)
         return res.token_ids, res.stats.seconds, res.stats
 
     ids, texts, secs, stats = _conversation(session, prompt, answer)
@@ -168,7 +169,8 @@ def run_policy(session: Session, prompt: Prompt, method: str, budget: int | None
             stages[k] = stages.get(k, 0.0) + v
         stages["prefill"] = stages.get("prefill", 0.0) + s.prefill_seconds
     return Run(ids, texts, secs, [s.rounds for s in stats],
-               [a for s in stats for a in s.accepted_per_round], [t for s in stats for t in s.tree_sizes], stages)  # fmt: skip
+               [a for s in stats for a in s.accepted_per_round], [t for s in stats for t in s.tree_sizes], stages,
+               sum(s.copy_rounds for s in stats))  # fmt: skip
 
 
 def _hf_generate(session: Session, ids: list[int], temperature: float, seed: int, max_new: int, **kwargs):

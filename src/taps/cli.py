@@ -75,13 +75,14 @@ def _generate(args) -> int:
     )
     needs_draft = get_policy(args.method).needs_draft
     args.drafter = _drafter_or_default(args) if needs_draft else None
-    select = configure_policy(args.method, **_policy_options(args, args.drafter))
+    options = _policy_options(args, args.drafter)
+    select = configure_policy(args.method, **options)
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
     target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if needs_draft else ())
     drafter = make_drafter(args.drafter, target, block_len=args.block_len) if needs_draft else None
     prompt_ids = target.encode(args.prompt, chat=not args.no_chat_template)
-    result = generate(target, prompt_ids, cfg, drafter, select)
+    result = generate(target, prompt_ids, cfg, drafter, select, options["profile"])
     s = result.stats
     if args.json:
         record = result.to_dict()

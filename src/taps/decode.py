@@ -12,9 +12,11 @@ from typing import Sequence
 
 import torch
 
+from taps.copying import CopyPlanner
+from taps.costmodel import LatencyProfile
 from taps.drafters import Drafter
 from taps.lookup import ngram_continuations
-from taps.policies import CandidatePath, PolicyFn, get_policy
+from taps.policies import CandidatePath, PolicyFn, get_policy, profile_or_default
 from taps.target import Target
 from taps.tree import Tree
 from taps.verify import SamplingConfig, verify
@@ -48,6 +50,7 @@ class Stats:
     prefill_seconds: float = 0.0  # the prompt's forward, before the first round
     seconds: float = 0.0  # wall time of the whole call, prefill included
     new_tokens: int = 0
+    copy_rounds: int = 0  # rounds that verified an n-gram continuation without calling the drafter
 
     @property
     def rounds(self) -> int:
@@ -78,6 +81,7 @@ class Stats:
             "mean_tree_size": self.mean_tree_size,
             "prefill_seconds": self.prefill_seconds,
             "stage_seconds": self.stage_seconds,
+            "copy_rounds": self.copy_rounds,
         }
 
 
@@ -129,12 +133,15 @@ def generate(
     cfg: DecodeConfig,
     drafter: Drafter | None = None,
     select: PolicyFn | None = None,
+    profile: LatencyProfile | None = None,
 ) -> GenerationResult:
     """Decode `prompt_ids` with `cfg.method`; `select` is that policy configured with options
-    (`POLICIES[name].configure(profile=..., scorer=...)`), default: its plain `select`."""
+    (`POLICIES[name].configure(profile=..., scorer=...)`), default: its plain `select`.
+    `profile` is the latency profile a method with copy rounds decides them by (taps.copying)."""
     policy = get_policy(cfg.method)
     select = select or policy.select
     lookup = cfg.lookup and policy.accepts_paths
+    copier = CopyPlanner(profile_or_default(cfg.method, profile)) if cfg.lookup and policy.copy_rounds else None
     check_prompt(target, prompt_ids)
     if policy.needs_draft:
         if drafter is None:
@@ -147,7 +154,7 @@ def generate(
     t_start = clock()
 
     ids = list(prompt_ids)
-    features = target.prefill(ids[:-1])  # the root (ids[-1]) enters with the first round
+    pending = target.prefill(ids[:-1])  # features of committed tokens the drafter has not been given
     if policy.needs_draft:
         drafter.start(ids)
     stats.prefill_seconds = clock() - t_start
@@ -159,11 +166,15 @@ def generate(
         if remaining <= 0:
             break
         t0 = clock()
-        tree = Tree.root_only(ids[-1])
-        t1 = t0
-        if policy.needs_draft and remaining > 1:
-            marginals = drafter.draft(ids, features)[: remaining - 1]  # [depth, vocab]
-            t1 = clock()
+        tree, drafted, t_draft = Tree.root_only(ids[-1]), False, 0.0
+        path = copier.continuation(ids) if copier is not None else []
+        copy = copier.copy_tree(ids[-1], path, min(cfg.budget, remaining - 1)) if copier is not None else None
+        if copy is not None:
+            tree = copy
+        elif policy.needs_draft and remaining > 1:
+            t = clock()
+            marginals = drafter.draft(ids, pending)[: remaining - 1]  # [depth, vocab]
+            t_draft, pending, drafted = clock() - t, None, True
             extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if lookup else {}
             tree = select(marginals, ids[-1], cfg.budget, **extra)
         t2 = clock()
@@ -172,7 +183,8 @@ def generate(
         t3 = clock()
         keep = [0] + verdict.accepted
         target.commit(keep, tree.n_nodes)
-        features = out.features[keep] if out.features is not None else None
+        if policy.needs_draft and out.features is not None:  # a copy round's features wait for the next draft
+            pending = out.features[keep] if pending is None else torch.cat([pending, out.features[keep]])
         emitted = tree.tokens[verdict.accepted].tolist() + [verdict.bonus]
         committed = 0
         for tok in emitted:
@@ -182,8 +194,11 @@ def generate(
             if tok in stop:
                 done = True
                 break
+        if copier is not None:
+            copier.observe(path, emitted[:committed], tree.n_draft if drafted else None)
+        stats.copy_rounds += copy is not None
         t4 = clock()
-        for stage, seconds in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        for stage, seconds in zip(STAGES, (t_draft, t2 - t0 - t_draft, t3 - t2, t4 - t3)):
             stats.stage_seconds[stage] += seconds
         stats.accepted_per_round.append(committed - 1)  # a stop token may cut the path short
         stats.tree_sizes.append(tree.n_draft)

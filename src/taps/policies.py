@@ -41,6 +41,7 @@ class Policy:
     config_type: type | None = None  # the frozen config dataclass `select` takes as `config=`; None = no options
     accepts_paths: bool = False  # `select` takes `extra_paths=` (candidates from n-gram lookup, section 3.4 + issue 4)
     overrides: tuple[tuple[str, object], ...] = ()  # options an ablation variant fixes; they win over given ones
+    copy_rounds: bool = False  # the loop may skip the drafter and verify an n-gram continuation alone (taps.copying)
 
     def configure(self, **options) -> PolicyFn:
         """`select` with its config built from `options`, e.g.
@@ -85,7 +86,8 @@ def default_config(config_type: type):
     return config_type()
 
 
-def _profile_or_default(policy: str, profile: LatencyProfile | None) -> LatencyProfile:
+def profile_or_default(policy: str, profile: LatencyProfile | None) -> LatencyProfile:
+    """`profile`, else the stated default profile with a warning (once per process and caller)."""
     if profile is not None:
         return profile
     fallback = default_profile()
@@ -157,7 +159,7 @@ class CostAwareConfig:
     profile: LatencyProfile | None = None  # t_draft, t_verify(n) of this machine; None = default_profile(), warned
 
     def __post_init__(self):
-        object.__setattr__(self, "profile", _profile_or_default("cost-aware", self.profile))
+        object.__setattr__(self, "profile", profile_or_default("cost-aware", self.profile))
 
 
 @register(
@@ -261,7 +263,7 @@ class TapsConfig:
         if not self.throughput and self.profile is not None:
             raise ValueError("a profile is only used with throughput=True; drop it or enable throughput")
         if self.throughput:
-            object.__setattr__(self, "profile", _profile_or_default("taps", self.profile))
+            object.__setattr__(self, "profile", profile_or_default("taps", self.profile))
 
 
 _MARGINAL = MarginalScorer()
@@ -335,9 +337,11 @@ def _variant_default(config_type: type, overrides: tuple[tuple[str, object], ...
     return config_type(**dict(overrides))
 
 
-def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None = None, **overrides) -> None:
-    """An ablation of `base` under its own --method name, so a benchmark runs both side by side:
-    the same selection with some options fixed (and, optionally, without lookup candidates)."""
+def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None = None, copy_rounds: bool = False,
+                     **overrides) -> None:
+    """A variant of `base` under its own --method name, so a benchmark runs both side by side:
+    the same selection with some options fixed, optionally without lookup candidates, or with
+    copy rounds (taps.copying)."""
     b = POLICIES[base]
     fixed = tuple(sorted(overrides.items()))
 
@@ -345,7 +349,7 @@ def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None 
         return b.select(marginals, root, budget, config=config or _variant_default(b.config_type, fixed), **kwargs)
 
     paths = b.accepts_paths if accepts_paths is None else accepts_paths
-    POLICIES[name] = Policy(name, select, b.needs_draft, doc, b.config_type, paths, fixed)
+    POLICIES[name] = Policy(name, select, b.needs_draft, doc, b.config_type, paths, fixed, copy_rounds)
 
 
 register_variant("taps-noscorer", "taps", "TAPS ablation: plain marginals as q_cond instead of the learned scorer",
@@ -353,4 +357,5 @@ register_variant("taps-noscorer", "taps", "TAPS ablation: plain marginals as q_c
 register_variant("taps-fixed", "taps", "TAPS ablation: no throughput cut, the tree fills the budget",
                  throughput=False, profile=None)
 register_variant("taps-nolookup", "taps", "TAPS ablation: no n-gram lookup candidates in the pool", accepts_paths=False)
-
+register_variant("taps-copy", "taps", "TAPS with copy rounds: skip the drafter when an n-gram continuation alone is "
+                 "modelled faster (taps.copying)", copy_rounds=True)

@@ -1,0 +1,97 @@
+"""Copy rounds: verify an n-gram continuation alone, without calling the drafter.
+
+An extension beyond method.md. Prompt lookup decoding drafts for free: summaries, code edits,
+retrieval answers and second turns repeat their context, and a continuation found earlier in
+the text (`taps.lookup`) costs nothing to propose. `taps` already puts such continuations in
+its candidate pool, but every round still pays for the drafter's forward, which on a CPU is a
+third of the round or more. A copy round skips it: the tree is the root and the most recent
+continuation, verified like any other tree, so decoding stays lossless whatever is chosen.
+
+Whether a round copies is method.md 3.3's rule, expected tokens per second, applied to the two
+kinds of round with the latency profile: a copy round of n nodes commits 1 + sum of their reach
+probabilities in t_verify(n); a drafted round commits what drafted rounds have committed on
+average, in t_draft + t_verify(their mean size). A continuation's reach probabilities come
+from two acceptance rates, estimated online from every round that had a continuation (copied
+or not) by comparing it with the tokens the round committed, which are the target's own
+choices: P(its first token is right) and P(a token is right after a right one). The counts
+decay exponentially, so the estimates follow the text as copying starts and stops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from taps.costmodel import LatencyProfile
+from taps.lookup import ngram_continuations
+from taps.tree import Tree
+
+COPY_MAX_LEN = 16  # the longest continuation a copy round verifies (prompt lookup decoding uses 10)
+
+
+@dataclass
+class Rate:
+    """An acceptance rate from exponentially decayed counts, with a uniform prior (0.5 unseen)."""
+
+    hits: float = 0.0
+    trials: float = 0.0
+
+    def update(self, hit: bool, decay: float) -> None:
+        self.hits = self.hits * decay + float(hit)
+        self.trials = self.trials * decay + 1.0
+
+    @property
+    def p(self) -> float:
+        return (self.hits + 1.0) / (self.trials + 2.0)
+
+
+@dataclass
+class CopyPlanner:
+    """Per generation: decides each round whether to copy, and learns from what rounds commit."""
+
+    profile: LatencyProfile  # t_draft and t_verify(n) of this machine
+    decay: float = 0.9  # weight of the past per observation (rates) or per drafted round (tokens)
+    first: Rate = field(default_factory=Rate)  # P(a continuation's first token is committed)
+    next: Rate = field(default_factory=Rate)  # P(its next token is committed | this one was)
+    drafted_rounds: float = 0.0  # decayed counts of drafted rounds, their committed tokens and tree nodes
+    drafted_tokens: float = 0.0
+    drafted_nodes: float = 0.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.decay < 1.0:
+            raise ValueError(f"decay must be in [0, 1), got {self.decay}")
+
+    @staticmethod
+    def continuation(ids: Sequence[int]) -> list[int]:
+        """The most recent continuation of the context's last 3 tokens (empty when none)."""
+        paths = ngram_continuations(ids, max_len=COPY_MAX_LEN, max_paths=1)
+        return paths[0] if paths else []
+
+    def copy_tree(self, root: int, path: Sequence[int], budget: int) -> Tree | None:
+        """The copy round's tree (root + a prefix of `path`) when it is modelled faster than a
+        drafted round, else None. Before any drafted round there is nothing to compare: None."""
+        if not path or self.drafted_rounds == 0.0:
+            return None
+        reach = [self.first.p * self.next.p**i for i in range(min(len(path), budget))]  # [n] q_reach of each node
+        n = self.profile.best_size(reach, with_draft=False)
+        if n == 0:
+            return None
+        copy_rate = (1.0 + sum(reach[:n])) / self.profile.t_verify(n)
+        mean_size = round(self.drafted_nodes / self.drafted_rounds)
+        draft_rate = (self.drafted_tokens / self.drafted_rounds) / (self.profile.draft_seconds + self.profile.t_verify(mean_size))
+        if copy_rate <= draft_rate:
+            return None
+        return Tree.from_lists([root, *path[:n]], list(range(-1, n)))
+
+    def observe(self, path: Sequence[int], committed: Sequence[int], drafted_size: int | None) -> None:
+        """After a round: `path` is the continuation the round had (empty: none), `committed` the
+        tokens it committed (accepted + bonus), `drafted_size` its tree's size if it drafted."""
+        for i in range(min(len(path), len(committed))):
+            hit = path[i] == committed[i]
+            (self.first if i == 0 else self.next).update(hit, self.decay)
+            if not hit:
+                break  # past the first miss the continuation was not reachable: no evidence
+        if drafted_size is not None:
+            self.drafted_rounds = self.drafted_rounds * self.decay + 1.0
+            self.drafted_tokens = self.drafted_tokens * self.decay + len(committed)
+            self.drafted_nodes = self.drafted_nodes * self.decay + drafted_size

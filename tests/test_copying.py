@@ -1,0 +1,99 @@
+"""Copy rounds (taps.copying): the planner's estimates and decisions without a model, then the
+loop on tiny targets: lossless, copy rounds really happen, and the drafter still receives every
+committed token's features once."""
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from taps.copying import CopyPlanner, Rate
+from taps.costmodel import LatencyProfile, ProfileInfo
+from taps.decode import DecodeConfig, generate
+from taps.drafters import make_drafter
+from taps.target import Target
+
+INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
+# verifying costs 1 s plus 0.01 s per node; a draft costs 1 s: copying saves half a round
+PROFILE = LatencyProfile((0, 64), (1.0, 1.64), draft_seconds=1.0, info=INFO)
+REPEATING = [5, 17, 33, 2, 9, 41, 7, 5, 17, 33, 2, 9, 41, 7, 5, 17, 33, 2, 9]  # its tail recurs
+
+
+def test_rate_starts_at_one_half_and_forgets_the_past():
+    r = Rate()
+    assert r.p == 0.5
+    r.update(True, decay=0.5)
+    r.update(False, decay=0.5)
+    assert (r.hits, r.trials) == (0.5, 1.5)
+    assert r.p == pytest.approx(1.5 / 3.5)
+
+
+def test_observe_compares_the_continuation_with_what_the_round_committed():
+    planner = CopyPlanner(PROFILE, decay=0.5)
+    planner.observe([1, 2, 3, 4], [1, 2, 9], drafted_size=None)  # first right, second right, third wrong
+    assert (planner.first.hits, planner.first.trials) == (1, 1)
+    assert (planner.next.hits, planner.next.trials) == (0.5, 1.5)  # a hit, then a miss after decaying it by half
+    assert planner.drafted_rounds == 0  # a copy round says nothing about drafted rounds
+    planner.observe([8, 8], [1, 2], drafted_size=6)  # a miss at once: no evidence about later tokens
+    assert (planner.first.hits, planner.first.trials) == (0.5, 1.5)
+    assert planner.next.trials == 1.5
+    assert (planner.drafted_rounds, planner.drafted_tokens, planner.drafted_nodes) == (1, 2, 6)
+
+
+def test_copy_tree_only_when_modelled_faster_than_a_drafted_round():
+    planner = CopyPlanner(PROFILE)
+    path = [4, 5, 6, 7, 8, 9]
+    assert planner.copy_tree(3, path, budget=8) is None  # no drafted round yet: nothing to compare
+    planner.observe([], [1, 2, 3, 4], drafted_size=4)  # drafted rounds commit 4 tokens in 1 + 1.04 s: ~2 tokens/s
+    for _ in range(20):  # continuations that were right
+        planner.observe([1, 2, 3, 4], [1, 2, 3, 4], drafted_size=None)
+    tree = planner.copy_tree(3, path, budget=8)
+    assert tree.tokens.tolist() == [3, *path] and tree.parents.tolist() == list(range(-1, len(path)))
+    assert planner.copy_tree(3, path, budget=2).tokens.tolist() == [3, 4, 5]  # the budget caps it
+    assert planner.copy_tree(3, [], budget=8) is None
+    for _ in range(20):  # continuations whose first token was wrong: a copy round would commit ~1 token in 1.06 s
+        planner.observe([1, 2], [9, 9], drafted_size=None)
+    assert planner.first.p < 0.2 and planner.copy_tree(3, path, budget=8) is None
+
+
+def hf_greedy(model, prompt, n):
+    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         do_sample=False, max_new_tokens=n, pad_token_id=0)  # fmt: skip
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("drafter", ["oracle", "random", "noisy"])
+def test_copy_rounds_are_lossless_and_happen(family, drafter):
+    model = tiny_model(family)
+    target = Target(model, feature_layers=(0, 2))
+    d = make_drafter(drafter, target, block_len=6)
+    res = generate(target, REPEATING, DecodeConfig("taps-copy", budget=8, max_new_tokens=40, stop_ids=()), d,
+                   profile=PROFILE)  # fmt: skip
+    assert res.token_ids == hf_greedy(model, REPEATING, 40)
+    if drafter == "random":  # drafted rounds commit ~1 token: the repeating text is copied instead
+        assert res.stats.copy_rounds > 0
+    assert res.stats.copy_rounds < res.stats.rounds
+
+
+def test_a_copy_round_keeps_the_features_for_the_next_draft():
+    model = tiny_model("llama")
+    target = Target(model, feature_layers=(0, 2))
+    calls = []
+
+    class Recorder:  # uniform marginals: drafted rounds commit about one token, so copying wins
+        block_len, vocab_size, feature_layers = 4, target.vocab_size, (0, 2)
+
+        def start(self, prompt_ids):
+            pass
+
+        def draft(self, ids, features):
+            calls.append((len(ids), features.shape[0]))
+            return torch.full((4, target.vocab_size), 1.0 / target.vocab_size)
+
+    res = generate(target, REPEATING, DecodeConfig("taps-copy", budget=8, max_new_tokens=40, stop_ids=()), Recorder(),
+                   profile=PROFILE)  # fmt: skip
+    assert res.stats.copy_rounds > 0 and len(calls) + res.stats.copy_rounds == res.stats.rounds
+    delivered = 0
+    for n_ids, n_features in calls:  # at every draft: one row per committed token but the root, once
+        delivered += n_features
+        assert delivered == n_ids - 1
