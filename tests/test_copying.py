@@ -39,6 +39,12 @@ def test_observe_compares_the_continuation_with_what_the_round_committed():
     assert (planner.drafted_rounds, planner.drafted_tokens, planner.drafted_nodes) == (1, 2, 6)
 
 
+def test_the_continuation_is_the_longest_recent_one():
+    assert CopyPlanner.continuation([1, 2, 3, 4, 5, 1, 2, 3, 9, 1, 2, 3]) == [4, 5, 1, 2, 3, 9, 1, 2, 3]
+    assert CopyPlanner.continuation([7, 7, 7, 7, 7, 7]) == [7, 7, 7]  # a repeating run: not the 1-token latest
+    assert CopyPlanner.continuation([1, 2, 3]) == []
+
+
 def test_copy_tree_only_when_modelled_faster_than_a_drafted_round():
     planner = CopyPlanner(PROFILE)
     path = [4, 5, 6, 7, 8, 9]
@@ -92,7 +98,8 @@ def test_a_copy_round_keeps_the_features_for_the_next_draft():
 
     res = generate(target, REPEATING, DecodeConfig("taps-copy", budget=8, max_new_tokens=40, stop_ids=()), Recorder(),
                    profile=PROFILE)  # fmt: skip
-    assert res.stats.copy_rounds > 0 and len(calls) + res.stats.copy_rounds == res.stats.rounds
+    # every round drafts or copies, but a last round that may commit one token only does neither
+    assert res.stats.copy_rounds > 0 and 0 <= res.stats.rounds - len(calls) - res.stats.copy_rounds <= 1
     delivered = 0
     for n_ids, n_features in calls:  # at every draft: one row per committed token but the root, once
         delivered += n_features

@@ -47,7 +47,7 @@ def test_greedy_equals_transformers_generate(model, drafter, method):
     assert sum(a + 1 for a in s.accepted_per_round) == 48
     if drafter == "oracle" and method == "chain":
         assert s.tau == pytest.approx(48 / 7, rel=0.01)  # accepts all 6 drafted tokens every round
-    if drafter == "random":
+    if drafter == "random" and not POLICIES[method].copy_rounds:  # copy rounds do not need the drafter
         assert s.tau < 1.3
 
 

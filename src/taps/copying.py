@@ -63,9 +63,11 @@ class CopyPlanner:
 
     @staticmethod
     def continuation(ids: Sequence[int]) -> list[int]:
-        """The most recent continuation of the context's last 3 tokens (empty when none)."""
-        paths = ngram_continuations(ids, max_len=COPY_MAX_LEN, max_paths=1)
-        return paths[0] if paths else []
+        """The longest of the 4 most recent continuations of the context's last 3 tokens, the most
+        recent on ties (empty when none). Longest, because in a repeating run the most recent
+        occurrence is cut short by the end of the text."""
+        paths = ngram_continuations(ids, max_len=COPY_MAX_LEN, max_paths=4)
+        return max(paths, key=len, default=[])
 
     def copy_tree(self, root: int, path: Sequence[int], budget: int) -> Tree | None:
         """The copy round's tree (root + a prefix of `path`) when it is modelled faster than a
