@@ -4,8 +4,9 @@ An extension beyond method.md. Prompt lookup decoding drafts for free: summaries
 retrieval answers and second turns repeat their context, and a continuation found earlier in
 the text (`taps.lookup`) costs nothing to propose. `taps` already puts such continuations in
 its candidate pool, but every round still pays for the drafter's forward, which on a CPU is a
-third of the round or more. A copy round skips it: the tree is the root and the most recent
-continuation, verified like any other tree, so decoding stays lossless whatever is chosen.
+third of the round or more. A copy round skips it: the tree is the root and a recent
+continuation (`CopyPlanner.continuation`), verified like any other tree, so decoding stays
+lossless whatever is chosen.
 
 Whether a round copies is method.md 3.3's rule, expected tokens per second, applied to the two
 kinds of round with the latency profile: a copy round of n nodes commits 1 + sum of their reach
