@@ -7,6 +7,7 @@ import torch
 from stats import chi_square_pvalue
 from tiny import tiny_model
 
+from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import make_drafter
 from taps.target import Target
@@ -56,6 +57,37 @@ def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, m
         samples.append(tuple(res.token_ids))
         accepted += res.stats.accepted_per_round[0]
     assert accepted > N_RUNS * 0.1  # the drafts were really used, not all rejected
+    assert chi_square_pvalue(samples, law) > 1e-3
+
+
+def test_copy_rounds_follow_the_target_distribution(model):
+    """taps-copy at T=1: after a drafted round that commits one token, the second round verifies
+    the n-gram continuation of a repeating prompt alone. The law of the tokens that round decides
+    (the 2nd and 3rd, marginal over the 1st) must be the target's."""
+    # "6 4 a" occurred before for every token a, so whatever the first round commits after the
+    # prompt's "6 4", the context's last 3-gram recurs and has a continuation
+    prompt = [t for a in range(VOCAB) for t in (6, 4, a, (3 * a + 1) % VOCAB)] + [6, 4]
+    sampling = SamplingConfig(1.0)
+    info = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
+    profile = LatencyProfile((0, 64), (1.0, 1.64), draft_seconds=1.0, info=info)  # drafting doubles a round
+    with torch.inference_mode():
+        law: dict = {}
+        p1 = sampling.probs(model(torch.tensor([prompt])).logits[0, -1:])[0]
+        for a in range(VOCAB):
+            p2 = sampling.probs(model(torch.tensor([prompt + [a]])).logits[0, -1:])[0]
+            for b in range(VOCAB):
+                p3 = sampling.probs(model(torch.tensor([prompt + [a, b]])).logits[0, -1:])[0]
+                for c in range(VOCAB):
+                    law[(b, c)] = law.get((b, c), 0.0) + float(p1[a] * p2[b] * p3[c])
+    target = Target(model)
+    d = make_drafter("random", target, block_len=3)
+    samples, copies = [], 0
+    for seed in range(N_RUNS):
+        cfg = DecodeConfig("taps-copy", budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)
+        res = generate(target, prompt, cfg, d, profile=profile)
+        samples.append(tuple(res.token_ids[1:]))
+        copies += res.stats.copy_rounds
+    assert copies > N_RUNS * 0.3  # copy rounds really decided those tokens often
     assert chi_square_pvalue(samples, law) > 1e-3
 
 
