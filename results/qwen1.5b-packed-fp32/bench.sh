@@ -20,14 +20,14 @@ M=ar,chain:7,ddtree:16,cost-aware:32,taps:32,hf-assisted,prompt-lookup
 SPEC="--datasets spec-bench --spec-bench ../shared/data/spec_bench/question.jsonl"
 # Summarization also carries issue 4's lookup ablation (taps without n-gram lookup candidates).
 .venv/bin/taps bench $COMMON --methods $M,taps-nolookup:32 $SPEC --categories summarization
+for c in math_reasoning translation; do
+  .venv/bin/taps bench $COMMON --methods $M $SPEC --categories $c
+done
 # Copy rounds (taps-copy, commit 2cc14b9 onward) against taps and prompt lookup on summarization, in their own file.
 COPY_SRC=runs/bench-src-2cc14b9
 [ -d $COPY_SRC ] || { mkdir -p $COPY_SRC.tmp && git archive 2cc14b9 src | tar -x -C $COPY_SRC.tmp && mv $COPY_SRC.tmp $COPY_SRC; }
 PYTHONPATH=$PWD/$COPY_SRC/src .venv/bin/taps bench ${COMMON/results.jsonl/copy.jsonl} \
   --methods ar,taps:32,taps-copy:32,prompt-lookup $SPEC --categories summarization
-for c in math_reasoning translation; do
-  .venv/bin/taps bench $COMMON --methods $M $SPEC --categories $c
-done
 # Issue 4: ddtree budgets and the taps ablations, interleaved with ar and taps in their own file.
 A=ar,ddtree:8,ddtree:32,ddtree:64,taps:32,taps-noscorer:32,taps-fixed:32,taps-nolookup:32
 for d in humaneval mt-bench; do
