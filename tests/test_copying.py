@@ -61,6 +61,19 @@ def test_copy_tree_only_when_modelled_faster_than_a_drafted_round():
     assert planner.first.p < 0.2 and planner.copy_tree(3, path, budget=8) is None
 
 
+def test_copy_tree_reads_the_profile_at_the_rounds_context():
+    """A draft that is cheap after a short context and dear after a long one: the same evidence
+    drafts at the first and copies at the second."""
+    info = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(100, 1000),
+                       repeats=3, verify_by_context=((1.0, 1.64), (1.0, 1.64)), draft_by_context=(0.0, 3.0))  # fmt: skip
+    planner = CopyPlanner(LatencyProfile((0, 64), (1.0, 1.64), draft_seconds=1.5, info=info))
+    planner.observe([], [1, 2, 3], drafted_size=4)  # drafted rounds commit 3 tokens
+    for _ in range(3):
+        planner.observe([1, 2, 3, 4], [1, 2, 9], drafted_size=None)  # continuations right for 2 tokens
+    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8, context=100) is None  # 3 tokens per ~1.04 s beat copying
+    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8, context=1000) is not None  # not per ~4.04 s
+
+
 def hf_greedy(model, prompt, n):
     out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                          do_sample=False, max_new_tokens=n, pad_token_id=0)  # fmt: skip

@@ -69,6 +69,35 @@ def test_best_size_maximises_modelled_tokens_per_second():
     assert profile([0, 1], [1.0, 1.5]).best_size([0.3]) == 0  # 30% more tokens for 50% more time: not worth it
 
 
+def by_context(rows, drafts=()):
+    """A profile at sizes 0 and 10 with one series per context length in `rows` (context -> (t(0), t(10)))."""
+    info = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=tuple(rows),
+                       repeats=3, verify_by_context=tuple(rows.values()), draft_by_context=tuple(drafts))  # fmt: skip
+    mean = tuple(sum(c) / len(rows) for c in zip(*rows.values()))
+    return LatencyProfile((0, 10), mean, sum(drafts) / len(drafts) if drafts else 0.25, info)
+
+
+def test_at_context_reads_the_curve_between_and_past_the_measured_lengths():
+    p = by_context({512: (2.0, 4.0), 128: (1.0, 2.0)}, drafts=(0.3, 0.1))  # given out of order on purpose
+    mid = p.at_context(320)  # halfway
+    assert mid.verify_seconds == pytest.approx((1.5, 3.0)) and mid.draft_seconds == pytest.approx(0.2)
+    far = p.at_context(896)  # past the longest: the last slope, as long again
+    assert far.verify_seconds == pytest.approx((3.0, 6.0)) and far.draft_seconds == pytest.approx(0.5)
+    near = p.at_context(32)  # below the shortest: flat
+    assert near.verify_seconds == pytest.approx((1.0, 2.0)) and near.draft_seconds == pytest.approx(0.1)
+    assert far.t_verify(5) == pytest.approx(4.5)
+    assert p.at_context(330) is mid  # memoised per 32 tokens
+    assert near.sizes == p.sizes and near.info == p.info
+
+
+def test_at_context_never_extrapolates_a_falling_cost_and_keeps_a_single_series():
+    p = by_context({128: (1.0, 2.0), 512: (0.9, 2.5)})  # t(0) fell with context: measurement noise
+    assert p.at_context(896).verify_seconds == pytest.approx((0.9, 3.0))
+    assert p.at_context(896).draft_seconds == 0.25  # t_draft not kept per context: the mean
+    one = by_context({128: (1.0, 2.0)})
+    assert one.at_context(4000) is one
+
+
 def test_default_profile_is_the_assets_smollm2_bf16_row():
     p = default_profile()
     assert p.info.target == "SmolLM2-135M-Instruct" and p.info.dtype == "bfloat16"
@@ -106,6 +135,7 @@ def test_measure_profile_on_a_tiny_model(tmp_path, one_thread):
     assert len(p.info.verify_by_context) == 2 and p.info.context_lengths == (4, 12)
     assert p.info.dtype == "float32" and p.info.target == "llama" and p.info.repeats == 2 and p.info.threads == 1
     assert p.verify_seconds == pytest.approx([sum(c) / 2 for c in zip(*p.info.verify_by_context)])
+    assert len(p.info.draft_by_context) == 2 and p.draft_seconds == pytest.approx(sum(p.info.draft_by_context) / 2)
     p.save(tmp_path / "p.json")
     assert LatencyProfile.load(tmp_path / "p.json") == p
     assert measure_profile(target, sizes=(1,), context_lengths=(4,), repeats=1).draft_seconds == 0.0

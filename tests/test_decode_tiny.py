@@ -57,6 +57,24 @@ def test_autoregressive_is_the_same_loop_without_draft(model):
     assert res.stats.rounds == 20 and res.stats.tree_sizes == [0] * 20 and res.stats.stage_seconds["draft"] == 0
 
 
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("method", [n for n, p in POLICIES.items() if p.reads_context and not p.copy_rounds])
+def test_policies_that_read_a_profile_get_each_rounds_context(model, method):
+    """`context` = the tokens cached before the round's root: the prompt's but one, plus all committed."""
+    seen = []
+
+    def spy(marginals, root, budget, **kw):
+        seen.append(kw["context"])
+        return POLICIES[method].select(marginals, root, budget, **kw)
+
+    target = Target(model, feature_layers=(0, 2))
+    cfg = DecodeConfig(method=method, budget=8, max_new_tokens=30, stop_ids=())
+    res = generate(target, PROMPT, cfg, make_drafter("noisy", target, block_len=6), select=spy)
+    committed = [sum(a + 1 for a in res.stats.accepted_per_round[:i]) for i in range(res.stats.rounds)]
+    # every round calls select but a last one with a single token left (root only, nothing to draft)
+    assert len(seen) >= res.stats.rounds - 1 and seen == [len(PROMPT) - 1 + c for c in committed][: len(seen)]
+
+
 @pytest.mark.parametrize("n", [1, 2, 6, 7, 8, 13])
 def test_max_new_tokens_boundary_is_exact(model, n):
     # block_len 6: n = 7 is exactly one fully accepted oracle round, 8 spills one token over

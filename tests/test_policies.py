@@ -115,6 +115,21 @@ def test_cost_aware_grows_with_cheaper_verification():
     assert cost_aware(m, 1, 25, config=CostAwareConfig(profile=steep)).n_draft == 0
 
 
+@pytest.mark.parametrize("policy", ["cost-aware", "taps"])
+def test_the_profile_is_read_at_the_rounds_context(policy):
+    """Short contexts verify big trees almost for free, long ones pay per node: the same marginals
+    give a full tree after a short context and a smaller one after a long one."""
+    m = random_marginals(6, 20, 0, sharp=1.0)
+    rows = ((1.0, 1.0), (1.0, 3.0))  # [context 100, 1000][size 0, 25]
+    info = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(100, 1000),
+                       repeats=1, verify_by_context=rows)  # fmt: skip
+    select = POLICIES[policy].configure(profile=LatencyProfile((0, 25), (1.0, 2.0), 0.0, info))
+    short, long = select(m, 1, 25, context=100), select(m, 1, 25, context=1000)
+    assert short.n_draft == 25 and long.n_draft < 25
+    at_long = POLICIES[policy].configure(profile=LatencyProfile((0, 25), rows[1], 0.0, INFO))  # measured there alone
+    assert paths(long) == paths(at_long(m, 1, 25))
+
+
 class RandomScorer:
     """q_cond in [0, 1], unrelated to the marginals; some edges certain (q_cond = 1)."""
 

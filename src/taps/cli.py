@@ -167,10 +167,15 @@ def _profile(args) -> int:
     out = Path(args.out) if args.out else profile_path(args.target, args.dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
     profile.save(out)
-    print(f"{'nodes':>6s} {'t_verify ms':>12s}")
-    for n, t in zip(profile.sizes, profile.fitted_seconds):
-        print(f"{n:6d} {1000 * t:12.1f}")
-    print(f"t_draft {1000 * profile.draft_seconds:.1f} ms; saved {out}")
+    info = profile.info
+    several = len(info.context_lengths) > 1  # then also each context's own medians (what `at_context` reads)
+    contexts = [f"{'ctx ' + str(c):>10s}" for c in info.context_lengths] if several else []
+    print(f"{'nodes':>6s} {'t_verify ms':>12s}", *contexts)
+    for i, (n, t) in enumerate(zip(profile.sizes, profile.fitted_seconds)):
+        print(f"{n:6d} {1000 * t:12.1f}", *[f"{1000 * row[i]:10.1f}" for row in info.verify_by_context] if several else [])
+    per_context = ", ".join(f"{1000 * d:.1f} at {c}" for c, d in zip(info.context_lengths, info.draft_by_context))
+    print(f"t_draft {1000 * profile.draft_seconds:.1f} ms" + (f" ({per_context})" if several and per_context else "")
+          + f"; saved {out}")
     return 0
 
 
@@ -411,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="time this drafter's draft call (folder or test name; default: the target's shipped drafter)")
     pr.add_argument("--sizes", type=_csv(int), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
                     help="tree sizes (drafted nodes) to time")
-    pr.add_argument("--contexts", type=_csv(int), default=(128, 512), help="context lengths to time them at")
+    pr.add_argument("--contexts", type=_csv(int), default=(128, 512, 2048),
+                    help="context lengths to time them at; rounds read the curve at their own context (128,512,2048)")
     pr.add_argument("--repeats", type=int, default=5, help="timed runs per point; the median is kept (5)")
     pr.add_argument("--out", default=None, help="where to save (default: the path generate and bench look in)")
     pr.set_defaults(func=_profile)

@@ -70,18 +70,20 @@ class CopyPlanner:
         paths = ngram_continuations(ids, max_len=COPY_MAX_LEN, max_paths=4)
         return max(paths, key=len, default=[])
 
-    def copy_tree(self, root: int, path: Sequence[int], budget: int) -> Tree | None:
+    def copy_tree(self, root: int, path: Sequence[int], budget: int, context: int | None = None) -> Tree | None:
         """The copy round's tree (root + a prefix of `path`) when it is modelled faster than a
-        drafted round, else None. Before any drafted round there is nothing to compare: None."""
+        drafted round, else None. Before any drafted round there is nothing to compare: None.
+        `context` (cached tokens before the root) reads the profile at that length."""
         if not path or self.drafted_rounds == 0.0:
             return None
+        profile = self.profile if context is None else self.profile.at_context(context)
         reach = [self.first.p * self.next.p**i for i in range(min(len(path), budget))]  # [n] q_reach of each node
-        n = self.profile.best_size(reach, with_draft=False)
+        n = profile.best_size(reach, with_draft=False)
         if n == 0:
             return None
-        copy_rate = (1.0 + sum(reach[:n])) / self.profile.t_verify(n)
+        copy_rate = (1.0 + sum(reach[:n])) / profile.t_verify(n)
         mean_size = round(self.drafted_nodes / self.drafted_rounds)
-        draft_rate = (self.drafted_tokens / self.drafted_rounds) / (self.profile.draft_seconds + self.profile.t_verify(mean_size))
+        draft_rate = (self.drafted_tokens / self.drafted_rounds) / (profile.draft_seconds + profile.t_verify(mean_size))
         if copy_rate <= draft_rate:
             return None
         return Tree.from_lists([root, *path[:n]], list(range(-1, n)))

@@ -9,6 +9,12 @@ in use: `measure_profile` times a `Target`, `save`/`load` keep the result as JSO
 The measured points are fitted by isotonic regression (a bigger tree never verifies faster),
 interpolated piecewise-linearly, held flat below the first point and extrapolated linearly past
 the last one with the slope of the last rising segment.
+
+Both costs grow with the context the round attends to (the drafter's and the target's attention
+and caches), so a profile keeps one series per measured context length and `at_context` reads
+the curve at the round's own context: a summary of a long article drafts and verifies slower
+than the mean of short contexts says, and the best tree size and the copy-or-draft choice
+(taps.copying) shift with it.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class ProfileInfo:
     context_lengths: tuple[int, ...]  # cached tokens before the tree, one series per length
     repeats: int  # timed forwards per point (the median is kept)
     verify_by_context: tuple[tuple[float, ...], ...] = ()  # [context, size] median seconds; the curve is their mean
+    draft_by_context: tuple[float, ...] = ()  # [context] median t_draft; draft_seconds is their mean (empty: not kept)
     note: str = ""  # free text: provenance, what was not measured
     linear: str = "torch"  # kernel of the float32 linear layers (taps.linear); it changes t_verify(n)
 
@@ -119,6 +126,27 @@ class LatencyProfile:
         seconds = (self.draft_seconds if with_draft else 0.0) + self.verify_curve(g.shape[0])  # [B + 1]
         return int((committed / seconds).argmax())
 
+    def at_context(self, context: int) -> "LatencyProfile":
+        """This profile read at `context` cached tokens: every size's verify time (and t_draft,
+        where kept per context) interpolated linearly between the measured context lengths,
+        extrapolated past the longest with the slope of the last two (never decreasing, as
+        attention only grows), held flat below the shortest. A profile with fewer than two
+        context series is returned as it is. Memoised per context rounded to 32 tokens."""
+        info = self.info
+        lengths, rows = info.context_lengths, info.verify_by_context
+        if len(lengths) < 2 or len(rows) != len(lengths) or any(len(r) != len(self.sizes) for r in rows):
+            return self
+        key = max(0, round(context / 32)) * 32
+        memo = self.__dict__.setdefault("_at_context", {})  # a cache beside the frozen fields, not one of them
+        if key not in memo:
+            drafts = info.draft_by_context if len(info.draft_by_context) == len(lengths) else (self.draft_seconds,) * len(lengths)
+            series = sorted(zip(lengths, rows, drafts))  # by context length
+            xs = [c for c, _, _ in series]
+            verify = tuple(_read_line(xs, column, key) for column in zip(*(r for _, r, _ in series)))  # [size]
+            draft = _read_line(xs, [d for *_, d in series], key)
+            memo[key] = LatencyProfile(self.sizes, verify, draft, info)
+        return memo[key]
+
     def to_dict(self) -> dict:
         return {
             "format": FORMAT,
@@ -138,6 +166,7 @@ class LatencyProfile:
         info = dict(d["info"])
         info["context_lengths"] = tuple(info["context_lengths"])
         info["verify_by_context"] = tuple(tuple(row) for row in info["verify_by_context"])
+        info["draft_by_context"] = tuple(info.get("draft_by_context", ()))  # absent in profiles saved before it
         return LatencyProfile(
             tuple(d["sizes"]), tuple(d["verify_seconds"]), float(d["draft_seconds"]), ProfileInfo(**info)
         )
@@ -148,6 +177,15 @@ class LatencyProfile:
     @staticmethod
     def load(path: str | Path) -> "LatencyProfile":
         return LatencyProfile.from_dict(json.loads(Path(path).read_text()))
+
+
+def _read_line(xs: Sequence[int], ys: Sequence[float], x: float) -> float:
+    """ys at x: linear between the points, flat before the first, past the last along the last
+    segment's slope clamped at >= 0."""
+    if x <= xs[-1]:
+        return float(np.interp(x, xs, ys))
+    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+    return float(ys[-1] + slope * (x - xs[-1]))
 
 
 # assets.md, "What a forward costs on this CPU", row SmolLM2-135M bf16: milliseconds per target
@@ -212,7 +250,7 @@ def measure_profile(
     target: Target,
     drafter=None,
     sizes: Sequence[int] = (0, 3, 7, 15, 31, 63),
-    context_lengths: Sequence[int] = (128, 512),
+    context_lengths: Sequence[int] = (128, 512, 2048),
     repeats: int = 5,
     warmup: int = 1,
     seed: int = 0,
@@ -220,7 +258,8 @@ def measure_profile(
     """Time `target.forward_tree` on random trees of each size after a random context of each
     length (median of `repeats` after `warmup` untimed runs), and the drafter's `draft` call in
     a steady-state round at each context length. The curve's points are the mean over context
-    lengths. Without a drafter, t_draft is 0 and the profile's note says so.
+    lengths; the per-length series stay in `info` for `LatencyProfile.at_context`. Without a
+    drafter, t_draft is 0 and the profile's note says so.
 
     Model-agnostic: it only uses the `Target` interface (prefill, forward_tree, commit) and the
     `Drafter` protocol (start, draft). It leaves a random context in the target's cache and
@@ -255,6 +294,7 @@ def measure_profile(
         context_lengths=context_lengths,
         repeats=repeats,
         verify_by_context=tuple(verify_rows),
+        draft_by_context=tuple(draft_times),
         linear=linear_backend(target.model),
         note="measure_profile" + ("" if drafter is not None else ": no drafter given, t_draft = 0"),
     )

@@ -168,7 +168,7 @@ def generate(
         t0 = clock()
         tree, drafted, t_draft = Tree.root_only(ids[-1]), False, 0.0
         path = copier.continuation(ids) if copier is not None else []
-        copy = copier.copy_tree(ids[-1], path, min(cfg.budget, remaining - 1)) if copier is not None else None
+        copy = copier.copy_tree(ids[-1], path, min(cfg.budget, remaining - 1), len(ids) - 1) if copier is not None else None
         if copy is not None:
             tree = copy
         elif policy.needs_draft and remaining > 1:
@@ -176,6 +176,8 @@ def generate(
             marginals = drafter.draft(ids, pending)[: remaining - 1]  # [depth, vocab]
             t_draft, pending, drafted = clock() - t, None, True
             extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if lookup else {}
+            if policy.reads_context:
+                extra["context"] = len(ids) - 1  # cached tokens before the root
             tree = select(marginals, ids[-1], cfg.budget, **extra)
         t2 = clock()
         out = target.forward_tree(tree)

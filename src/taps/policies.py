@@ -1,7 +1,7 @@
 """Tree selection policies (method.md section 3): marginals -> prefix-closed Tree.
 
 Every policy is a pure function `(marginals [depth, vocab], root, budget) -> Tree` and needs no
-model. `marginals[d]` is the drafter's distribution for the token at depth d + 1. The decoding
+model; those that read a latency profile also take the round's `context` length. `marginals[d]` is the drafter's distribution for the token at depth d + 1. The decoding
 loop trims marginals to the depth the round may still commit, so policies never see limits.
 
 Policies with options (`cost-aware`, `taps`) take a keyword-only `config=` of their frozen
@@ -42,6 +42,7 @@ class Policy:
     accepts_paths: bool = False  # `select` takes `extra_paths=` (candidates from n-gram lookup, section 3.4 + issue 4)
     overrides: tuple[tuple[str, object], ...] = ()  # options an ablation variant fixes; they win over given ones
     copy_rounds: bool = False  # the loop may skip the drafter and verify an n-gram continuation alone (taps.copying)
+    reads_context: bool = False  # `select` takes `context=` (the round's cached tokens) to read its latency profile there
 
     def configure(self, **options) -> PolicyFn:
         """`select` with its config built from `options`, e.g.
@@ -66,9 +67,10 @@ def configure_policy(name: str, **available) -> PolicyFn:
     return policy.configure(**{k: v for k, v in available.items() if k in fields and v is not None})
 
 
-def register(name: str, doc: str, needs_draft: bool = True, config_type: type | None = None, accepts_paths: bool = False):
+def register(name: str, doc: str, needs_draft: bool = True, config_type: type | None = None, accepts_paths: bool = False,
+             reads_context: bool = False):
     def wrap(fn: PolicyFn) -> PolicyFn:
-        POLICIES[name] = Policy(name, fn, needs_draft, doc, config_type, accepts_paths)
+        POLICIES[name] = Policy(name, fn, needs_draft, doc, config_type, accepts_paths, reads_context=reads_context)
         return fn
 
     return wrap
@@ -166,17 +168,21 @@ class CostAwareConfig:
     "cost-aware",
     "CaDDTree: DDTree's order cut at the size maximising modelled tokens/s (profiled latency), at most `budget`",
     config_type=CostAwareConfig,
+    reads_context=True,
 )
-def cost_aware(marginals: torch.Tensor, root: int, budget: int, *, config: CostAwareConfig | None = None) -> Tree:
+def cost_aware(marginals: torch.Tensor, root: int, budget: int, *, config: CostAwareConfig | None = None,
+               context: int | None = None) -> Tree:
     """method.md 3.3: along DDTree's best-first order, keep the n <= budget first nodes that
     maximise (1 + sum of their Q) / (t_draft + t_verify(n)); every prefix of the order is a
-    prefix-closed tree, so any n is valid."""
+    prefix-closed tree, so any n is valid. `context` (cached tokens before the root) reads the
+    profile at that length (`LatencyProfile.at_context`); None: the profile's mean curve."""
     cfg = config or default_config(CostAwareConfig)
     if marginals.shape[0] == 0 or budget == 0:
         return Tree.root_only(root)
     logq, tok = _top_tokens(marginals, budget)
     order = _best_first(logq, budget)
-    n = cfg.profile.best_size([math.exp(lq) for *_, lq in order])
+    profile = cfg.profile if context is None else cfg.profile.at_context(context)
+    n = profile.best_size([math.exp(lq) for *_, lq in order])
     return _order_tree(root, tok, order[:n])
 
 
@@ -275,6 +281,7 @@ _MARGINAL = MarginalScorer()
     "cut at the size maximising modelled tokens/s (profiled latency), at most `budget`",
     config_type=TapsConfig,
     accepts_paths=True,
+    reads_context=True,
 )
 def taps(
     marginals: torch.Tensor,
@@ -283,6 +290,7 @@ def taps(
     *,
     config: TapsConfig | None = None,
     extra_paths: Sequence[CandidatePath] = (),
+    context: int | None = None,
 ) -> Tree:
     """method.md 3.4 (a-d) with section 5's size rule.
 
@@ -295,7 +303,8 @@ def taps(
        parent's, so the best node's ancestors are always already admitted: a max-heap over the
        frontier (admitted nodes' children) is exactly this greedy, O(B log B) plus the children.
     Then, with `throughput`, keep the first n admitted nodes maximising
-    (1 + sum q_reach) / (t_draft + t_verify(n)) (every prefix of the order is prefix-closed).
+    (1 + sum q_reach) / (t_draft + t_verify(n)) (every prefix of the order is prefix-closed),
+    the profile read at `context` cached tokens when given (`LatencyProfile.at_context`).
     """
     cfg = config or default_config(TapsConfig)
     if marginals.shape[0] == 0 or budget == 0:
@@ -325,7 +334,8 @@ def taps(
         for c in children[v]:
             push(c)
     if cfg.throughput:  # section 5: the size with the most expected tokens per second
-        admitted = admitted[: cfg.profile.best_size([reach[v] for v in admitted])]
+        profile = cfg.profile if context is None else cfg.profile.at_context(context)
+        admitted = admitted[: profile.best_size([reach[v] for v in admitted])]
     index = {v: i + 1 for i, v in enumerate(admitted)}  # pool node -> tree node
     index[0] = 0
     tokens = pool.tokens.tolist()
@@ -349,7 +359,8 @@ def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None 
         return b.select(marginals, root, budget, config=config or _variant_default(b.config_type, fixed), **kwargs)
 
     paths = b.accepts_paths if accepts_paths is None else accepts_paths
-    POLICIES[name] = Policy(name, select, b.needs_draft, doc, b.config_type, paths, fixed, copy_rounds)
+    POLICIES[name] = dataclasses.replace(b, name=name, select=select, doc=doc, accepts_paths=paths, overrides=fixed,
+                                         copy_rounds=copy_rounds)
 
 
 register_variant("taps-noscorer", "taps", "TAPS ablation: plain marginals as q_cond instead of the learned scorer",
