@@ -227,3 +227,17 @@ def test_spec_bench_answer_files_feed_its_speed_and_equal_scripts(tmp_path):
     assert [r["category"] for r in ar] == ["writing", "translation"]
     # equal.py: the i-th lines' turns compared as text
     assert [str(r["choices"][0]["turns"]) for r in ar] == [str(r["choices"][0]["turns"]) for r in chain]
+
+
+def test_a_file_never_mixes_dtypes_or_drafter_precisions(harness, tmp_path):
+    harness(FakeRunner())
+    out = tmp_path / "r.jsonl"
+    bench.run_bench(config(limit=1), out, progress=False)
+    n = len(bench.read_records(out))
+    for other in ({"drafter_quant": "int8"}, {"dtype": "float32"}):
+        cfg = bench.BenchConfig(**{**config(limit=2).__dict__, **other})
+        with pytest.raises(ValueError, match=f"holds runs with {next(iter(other))}"):
+            bench.run_bench(cfg, out, progress=False)
+    assert len(bench.read_records(out)) == n
+    with pytest.raises(ValueError, match="unknown drafter quantization"):
+        bench.BenchConfig(drafter="oracle", drafter_quant="int3")

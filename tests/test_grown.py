@@ -9,6 +9,7 @@ from tiny import greedy_sequences, tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import drafter_feature_layers, make_drafter
+from taps.quantize import quantized_layers
 from taps.grown import GrownConfig, GrownDrafter, add_adapters, block_layout, block_logits, read_grown
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, train_drafter
@@ -109,6 +110,9 @@ def test_train_a_grown_drafter_and_decode_losslessly(tmp_path, folders, sequence
     for method in ("chain", "ddtree"):
         res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), drafter)
         assert res.token_ids == ref, method
+    int8 = make_drafter(str(result.drafter_dir), tgt, quantize="int8")  # taps.quantize, through the folder
+    assert quantized_layers(int8.model) > 0
+    assert generate(tgt, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=30, stop_ids=()), int8).token_ids == ref
     # resuming a finished run is a no-op; other settings in the same folder are refused
     assert train_drafter(config(tmp_path, folders, data)).step == 16
     with pytest.raises(ValueError, match="other settings"):

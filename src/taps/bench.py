@@ -27,6 +27,7 @@ from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
 from taps.costmodel import LatencyProfile, saved_profile
 from taps.linear import linear_in_use
 from taps.policies import POLICIES, configure_policy
+from taps.quantize import check_scheme, quantize_linears
 from taps.scorer import EdgeScorer
 from taps.target import Target
 from taps.verify import SamplingConfig
@@ -58,6 +59,7 @@ class BenchConfig:
     profile: str | None = None  # latency profile JSON (default: the one `taps profile` saved for target/dtype)
     scorer: str | None = None  # trained TAPS edge scorer folder (default: the drafter's scorer/, else plain marginals)
     lookup: bool = True  # taps: n-gram lookup candidates join the pool
+    drafter_quant: str = "none"  # "int8": the drafter and hf-assisted's assistant run int8 linear layers (taps.quantize)
 
     @property
     def scorer_dir(self) -> str | None:
@@ -99,6 +101,7 @@ class BenchConfig:
             raise ValueError("limit and max_new_tokens must be >= 1")
         if self.turns is not None and self.turns < 1:
             raise ValueError("turns must be >= 1")
+        check_scheme(self.drafter_quant)
 
 
 @dataclass
@@ -122,8 +125,10 @@ class Session:
         self.cfg = cfg
         model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
         self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
-        self.drafter = make_drafter(cfg.drafter, self.target, block_len=cfg.block_len) if cfg.drafter else None
-        self.profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype)
+        self.drafter = (make_drafter(cfg.drafter, self.target, block_len=cfg.block_len, quantize=cfg.drafter_quant)
+                        if cfg.drafter else None)  # fmt: skip
+        self.profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype,
+                                                                                          drafter_quant=cfg.drafter_quant)
         scorer_dir = cfg.scorer_dir
         scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
         self.selectors = {m: configure_policy(m, profile=self.profile, scorer=scorer) for m, _ in cfg.runs if m in POLICIES}
@@ -132,9 +137,11 @@ class Session:
     @property
     def assistant(self):
         if self._assistant is None:
-            self._assistant, tok = load_model(self.cfg.assistant, dtype=DTYPES[self.cfg.dtype])
+            assistant, tok = load_model(self.cfg.assistant, dtype=DTYPES[self.cfg.dtype])
             if tok.get_vocab() != self.target.tokenizer.get_vocab():
                 raise ValueError(f"the assistant {self.cfg.assistant} does not share the target's tokenizer")
+            # the peer drafts in the same precision as taps' drafter: a fair comparison
+            self._assistant = quantize_linears(assistant, self.cfg.drafter_quant)
         return self._assistant
 
 
@@ -212,6 +219,7 @@ def environment(cfg: BenchConfig) -> dict:
         "transformers": transformers.__version__,
         "dtype": cfg.dtype,
         "linear": linear_in_use(cfg.dtype),
+        "drafter_quant": cfg.drafter_quant,
         "scorer": cfg.scorer_dir,
         "seed": cfg.seed,
     }
@@ -230,6 +238,21 @@ def read_records(path: Path) -> list[dict]:
         if isinstance(rec, dict) and all(k in rec for k in KEY_FIELDS):
             records.append(rec)
     return records
+
+
+# env fields one results file must not mix (record keys do not hold them), with the value of records
+# written before the field existed
+SETUP_FIELDS = {"dtype": None, "drafter_quant": "none"}
+
+
+def check_same_setup(records: list[dict], env: dict, out: Path) -> None:
+    """Refuse to add runs of another dtype or drafter precision to a file: a rerun would take its
+    records as done, and the summaries would mix two setups."""
+    for name, default in SETUP_FIELDS.items():
+        seen = {r.get("env", {}).get(name, default) for r in records} - {None}
+        if seen - {env[name]}:
+            raise ValueError(f"{out} holds runs with {name} {', '.join(sorted(map(str, seen)))}, this run has "
+                             f"{env[name]}: write to another --out")
 
 
 def record_key(rec: dict) -> tuple:
@@ -270,7 +293,9 @@ def run_bench(cfg: BenchConfig, out: Path, progress: bool = True) -> list[dict]:
     from tqdm import tqdm
 
     jobs = plan(cfg)
-    done = {record_key(r) for r in read_records(out)}
+    existing = read_records(out)
+    check_same_setup(existing, environment(cfg), out)
+    done = {record_key(r) for r in existing}
     todo = [j for j in jobs if (j[0].dataset, j[0].id, j[2], j[3], j[1]) not in done]
     if todo:
         session = Session(cfg)

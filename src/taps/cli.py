@@ -30,6 +30,12 @@ def _models(args) -> int:
     return 0
 
 
+def _add_drafter_quant(p, text: str) -> None:
+    from taps.quantize import SCHEMES
+
+    p.add_argument("--drafter-quant", choices=list(SCHEMES), default="none", help=text)
+
+
 def _policy_options(args, drafter: str | None) -> dict:
     """Options of the configurable policies: the latency profile (given, else the one saved by
     `taps profile` for this target and dtype, else the policy warns and uses its stated default)
@@ -38,7 +44,8 @@ def _policy_options(args, drafter: str | None) -> dict:
     from taps.drafters import default_scorer
     from taps.scorer import EdgeScorer
 
-    profile = LatencyProfile.load(args.profile) if args.profile else saved_profile(args.target, args.dtype)
+    profile = (LatencyProfile.load(args.profile) if args.profile
+               else saved_profile(args.target, args.dtype, drafter_quant=args.drafter_quant))  # fmt: skip
     scorer_dir = args.scorer or default_scorer(drafter)
     scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
     return {"profile": profile, "scorer": scorer}
@@ -80,7 +87,7 @@ def _generate(args) -> int:
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
     target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if needs_draft else ())
-    drafter = make_drafter(args.drafter, target, block_len=args.block_len) if needs_draft else None
+    drafter = make_drafter(args.drafter, target, block_len=args.block_len, quantize=args.drafter_quant) if needs_draft else None
     prompt_ids = target.encode(args.prompt, chat=not args.no_chat_template)
     result = generate(target, prompt_ids, cfg, drafter, select, options["profile"])
     s = result.stats
@@ -116,6 +123,7 @@ def _bench(args) -> int:
         temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
         profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup, turns=args.turns,
+        drafter_quant=args.drafter_quant,
     )  # fmt: skip
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
@@ -148,6 +156,7 @@ def _add_policy_options(p) -> None:
                    help="latency profile JSON for cost-aware/taps (default: the one `taps profile` saved for "
                         "this target and dtype; without one they warn and use a stated default)")
     p.add_argument("--scorer", default=None, help="trained TAPS edge scorer folder (default: the drafter folder's scorer/, else plain marginals)")
+    _add_drafter_quant(p, "the drafter's linear layers in int8 (float32 targets): faster drafts, the same output (none)")
     p.add_argument("--no-lookup", action="store_true", help="taps: no n-gram lookup candidates in the pool")
 
 
@@ -162,9 +171,9 @@ def _profile(args) -> int:
     name = args.drafter or default_drafter(args.target)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
     target = Target(model, tokenizer, drafter_feature_layers(name) if name else ())
-    drafter = make_drafter(name, target) if name else None
+    drafter = make_drafter(name, target, quantize=args.drafter_quant) if name else None
     profile = measure_profile(target, drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
-    out = Path(args.out) if args.out else profile_path(args.target, args.dtype)
+    out = Path(args.out) if args.out else profile_path(args.target, args.dtype, drafter_quant=args.drafter_quant)
     out.parent.mkdir(parents=True, exist_ok=True)
     profile.save(out)
     info = profile.info
@@ -420,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="context lengths to time them at; rounds read the curve at their own context (128,512,2048)")
     pr.add_argument("--repeats", type=int, default=5, help="timed runs per point; the median is kept (5)")
     pr.add_argument("--out", default=None, help="where to save (default: the path generate and bench look in)")
+    _add_drafter_quant(pr, "time the drafter with its linear layers in int8, as generate/bench --drafter-quant int8 run it (none)")
     pr.set_defaults(func=_profile)
 
     from taps.bench import PEERS

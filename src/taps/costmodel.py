@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from taps.linear import linear_backend, linear_in_use
+from taps.quantize import quantized_layers
 from taps.tree import Tree
 
 if TYPE_CHECKING:  # only the interface is used: this module sits below the target adapter
@@ -56,6 +57,7 @@ class ProfileInfo:
     draft_by_context: tuple[float, ...] = ()  # [context] median t_draft; draft_seconds is their mean (empty: not kept)
     note: str = ""  # free text: provenance, what was not measured
     linear: str = "torch"  # kernel of the float32 linear layers (taps.linear); it changes t_verify(n)
+    drafter_quant: str = "none"  # precision of the timed drafter's linear layers (taps.quantize); it changes t_draft
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,7 @@ def measure_profile(
         verify_by_context=tuple(verify_rows),
         draft_by_context=tuple(draft_times),
         linear=linear_backend(target.model),
+        drafter_quant="int8" if drafter is not None and quantized_layers(getattr(drafter, "model", None)) else "none",
         note="measure_profile" + ("" if drafter is not None else ": no drafter given, t_draft = 0"),
     )
     return LatencyProfile(sizes, verify, statistics.fmean(draft_times) if draft_times else 0.0, info)
@@ -320,17 +323,19 @@ def _median_draft_seconds(target: Target, drafter, ids: list[int], features, rep
     return statistics.median(times)
 
 
-def profile_path(target: str, dtype: str, linear: str | None = None) -> Path:
-    """Where `taps profile` saves the profile of a target, dtype and linear backend (default:
-    the one that dtype runs, `taps.linear.linear_in_use`) on this machine."""
+def profile_path(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none") -> Path:
+    """Where `taps profile` saves the profile of a target, dtype, linear backend (default: the
+    one that dtype runs, `taps.linear.linear_in_use`) and drafter precision on this machine."""
     from taps.assets import taps_home
 
     safe = target.strip("/").replace("/", "--")
-    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear or linear_in_use(dtype)}.json"
+    quant = "" if drafter_quant == "none" else f"-draft-{drafter_quant}"
+    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear or linear_in_use(dtype)}{quant}.json"
 
 
-def saved_profile(target: str, dtype: str, linear: str | None = None) -> LatencyProfile | None:
-    """The profile `taps profile` measured for this target, dtype and linear backend, or None."""
-    path = profile_path(target, dtype, linear)
+def saved_profile(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none") -> LatencyProfile | None:
+    """The profile `taps profile` measured for this target, dtype, linear backend and drafter
+    precision, or None."""
+    path = profile_path(target, dtype, linear, drafter_quant)
     return LatencyProfile.load(path) if path.is_file() else None
 

@@ -1,0 +1,66 @@
+"""A drafter (or assistant) in int8: its linear layers dynamically quantized, per output channel.
+
+Why: on a CPU a draft is a forward of a whole model over a few rows, bound by reading its
+weights; int8 weights are a quarter of float32's. On the 2-core AVX2 machine taps is developed
+on, the grown 0.5B drafter's forward fell from ~1.1 s to ~0.27 s (one thread, shared cores) at
+the same tau. Lossless for the output: the drafter only proposes, the float32 target verifies
+every token (method.md section 4), so a less exact drafter can cost acceptance, never
+correctness. The target itself is never quantized.
+
+PyTorch's dynamic quantization (`torch.ao.quantization.quantize_dynamic`, fbgemm/x86 int8
+kernels) quantizes each activation on the fly and each weight once, per output channel. Upstream
+marks `torch.ao.quantization` deprecated; it is present and fast in the pinned torch 2.13.0, and
+taps silences the notice here rather than in every user's log. (torch's weight-only
+`_weight_int8pack_mm` ran 14x slower than float32 on this AVX2 CPU: not an alternative.)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+SCHEMES = ("none", "int8")  # --drafter-quant values: none = the model as loaded; int8 = dynamic int8 linears
+
+
+def check_scheme(scheme: str) -> str:
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown drafter quantization {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    return scheme
+
+
+def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
+    """`model` with every linear layer in `scheme` (in place; "none" returns it untouched).
+
+    Refused, clearly, where it cannot work: int8 kernels need a float32 model on the CPU and a
+    PyTorch build with the x86/fbgemm engine."""
+    if check_scheme(scheme) == "none":
+        return model
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    from taps.linear import use_linear
+
+    params = list(model.parameters())
+    if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in params):
+        raise ValueError(f"{scheme} drafter quantization needs a float32 model on the CPU; "
+                         f"this one has {sorted({f'{p.dtype} on {p.device.type}' for p in params})} (use --dtype float32)")  # fmt: skip
+    engines = torch.backends.quantized.supported_engines
+    engine = next((e for e in ("x86", "fbgemm") if e in engines), None)
+    if engine is None:
+        raise ValueError(f"{scheme} drafter quantization needs PyTorch's x86 or fbgemm engine; this build has {engines}")
+    torch.backends.quantized.engine = engine
+    use_linear(model, "torch")  # plain nn.Linear classes: quantize_dynamic matches types exactly
+    with warnings.catch_warnings():  # upstream's deprecation notices (see the module docstring), once per layer
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+        warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+
+
+def quantized_layers(model: nn.Module | None) -> int:
+    """How many of `model`'s layers run int8 dynamic quantization (0 for None: a test drafter)."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    return 0 if model is None else sum(isinstance(m, DynamicLinear) for m in model.modules())

@@ -1,0 +1,55 @@
+"""int8 drafters (taps.quantize): the layers really run int8, outputs stay close, decoding with a
+quantized drafter stays exact, and what cannot be quantized is refused clearly."""
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from taps.decode import DecodeConfig, generate
+from taps.drafters import make_drafter
+from taps.grown import GrownConfig, GrownDrafter
+from taps.quantize import quantize_linears, quantized_layers
+from taps.target import Target
+
+PROMPT = [5, 17, 33, 2, 9, 41]
+
+
+def test_int8_replaces_every_linear_and_stays_close():
+    model = tiny_model("qwen2", seed=1)
+    x = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        before = model(x).logits  # [1, T, vocab]
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert quantize_linears(model, "int8") is model and quantized_layers(model) == n_linear
+    with torch.inference_mode():
+        after = model(x).logits
+    assert not torch.equal(before, after)  # really int8
+    assert (after - before).abs().max() < 0.05 * before.abs().max()
+
+
+def test_none_leaves_the_model_alone_and_bad_requests_are_refused():
+    model = tiny_model("llama")
+    assert quantize_linears(model, "none") is model and quantized_layers(model) == 0
+    with pytest.raises(ValueError, match="unknown drafter quantization 'int4'"):
+        quantize_linears(model, "int4")
+    with pytest.raises(ValueError, match="needs a float32 model"):
+        quantize_linears(tiny_model("llama").to(torch.bfloat16), "int8")
+    with pytest.raises(ValueError, match="no weights to quantize"):
+        make_drafter("oracle", Target(model), quantize="int8")  # it runs the target itself
+
+
+@pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+def test_decoding_with_an_int8_drafter_equals_greedy(method):
+    """A grown drafter over the target's own weights (a drafter that would accept nearly
+    everything) in int8: still token for token plain greedy."""
+    model = tiny_model("qwen2", seed=0)
+    target = Target(model)
+    base = tiny_model("qwen2", seed=0)
+    drafter = GrownDrafter(base, GrownConfig(base="tiny", mask_token_id=95, block_size=6), target)
+    drafter.model = quantize_linears(drafter.model, "int8")  # as make_drafter does for a trained drafter
+    ref = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+                         do_sample=False, max_new_tokens=40, pad_token_id=0)[0, len(PROMPT):].tolist()  # fmt: skip
+    res = generate(target, PROMPT, DecodeConfig(method, budget=8, max_new_tokens=40, stop_ids=()), drafter)
+    assert res.token_ids == ref
+    assert res.stats.tau > 1.2  # the draft was used
