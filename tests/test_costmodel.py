@@ -90,9 +90,11 @@ def test_at_context_reads_the_curve_between_and_past_the_measured_lengths():
     assert near.sizes == p.sizes and near.info == p.info
 
 
-def test_at_context_never_extrapolates_a_falling_cost_and_keeps_a_single_series():
+def test_at_context_fits_a_line_over_three_lengths_reads_a_falling_cost_flat_and_keeps_a_single_series():
+    p = by_context({128: (1.0, 2.0), 256: (1.5, 2.0), 384: (2.0, 3.5)})  # t(10) at 256 is a noisy low point
+    assert p.at_context(512).verify_seconds == pytest.approx((2.5, 4.0))  # least-squares lines, not the last two points
     p = by_context({128: (1.0, 2.0), 512: (0.9, 2.5)})  # t(0) fell with context: measurement noise
-    assert p.at_context(896).verify_seconds == pytest.approx((0.9, 3.0))
+    assert p.at_context(896).verify_seconds == pytest.approx((0.95, 3.0))
     assert p.at_context(896).draft_seconds == 0.25  # t_draft not kept per context: the mean
     one = by_context({128: (1.0, 2.0)})
     assert one.at_context(4000) is one

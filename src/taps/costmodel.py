@@ -130,10 +130,11 @@ class LatencyProfile:
 
     def at_context(self, context: int) -> "LatencyProfile":
         """This profile read at `context` cached tokens: every size's verify time (and t_draft,
-        where kept per context) interpolated linearly between the measured context lengths,
-        extrapolated past the longest with the slope of the last two (never decreasing, as
-        attention only grows), held flat below the shortest. A profile with fewer than two
-        context series is returned as it is. Memoised per context rounded to 32 tokens."""
+        where kept per context) from a least-squares line over the measured context lengths
+        (attention and cache work grow linearly with the context; the line also averages out a
+        noisy point), its slope never negative, held flat below the shortest length (fixed costs
+        dominate there). A profile with fewer than two context series is returned as it is.
+        Memoised per context rounded to 32 tokens."""
         info = self.info
         lengths, rows = info.context_lengths, info.verify_by_context
         if len(lengths) < 2 or len(rows) != len(lengths) or any(len(r) != len(self.sizes) for r in rows):
@@ -182,12 +183,12 @@ class LatencyProfile:
 
 
 def _read_line(xs: Sequence[int], ys: Sequence[float], x: float) -> float:
-    """ys at x: linear between the points, flat before the first, past the last along the last
-    segment's slope clamped at >= 0."""
-    if x <= xs[-1]:
-        return float(np.interp(x, xs, ys))
-    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
-    return float(ys[-1] + slope * (x - xs[-1]))
+    """The least-squares line through (xs, ys) at max(x, min(xs)); a falling fit is read as flat
+    at the mean of ys."""
+    slope, intercept = np.polyfit(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64), 1)
+    if slope < 0:
+        return float(np.mean(ys))
+    return float(intercept + slope * max(x, min(xs)))
 
 
 # assets.md, "What a forward costs on this CPU", row SmolLM2-135M bf16: milliseconds per target
