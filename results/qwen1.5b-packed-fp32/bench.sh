@@ -20,14 +20,23 @@ M=ar,chain:7,ddtree:16,cost-aware:32,taps:32,hf-assisted,prompt-lookup
 SPEC="--datasets spec-bench --spec-bench ../shared/data/spec_bench/question.jsonl"
 # Summarization also carries issue 4's lookup ablation (taps without n-gram lookup candidates).
 .venv/bin/taps bench $COMMON --methods $M,taps-nolookup:32 $SPEC --categories summarization
+# int8 drafters (--drafter-quant int8, taps.quantize, commit 85038dd): taps' drafter and hf-assisted's assistant both
+# run int8 linear layers; its own file (one file never mixes drafter precisions), its own profile (timed with the
+# int8 drafter at contexts 128/512/2048, read at each round's context).
+INT8_SRC=runs/bench-src-85038dd
+[ -d $INT8_SRC ] || { mkdir -p $INT8_SRC.tmp && git archive 85038dd src | tar -x -C $INT8_SRC.tmp && mv $INT8_SRC.tmp $INT8_SRC; }
+for d in humaneval mt-bench; do
+  PYTHONPATH=$PWD/$INT8_SRC/src .venv/bin/taps bench ${COMMON/results.jsonl/int8.jsonl} --drafter-quant int8 \
+    --profile $OUT/profile-float32-onednn-packed-draft-int8.json --methods ar,taps:32,hf-assisted --datasets $d --turns 1
+done
 for c in math_reasoning translation; do
   .venv/bin/taps bench $COMMON --methods $M $SPEC --categories $c
 done
-# Copy rounds (taps-copy, commit 2cc14b9 onward) against taps and prompt lookup on summarization, in their own file.
-COPY_SRC=runs/bench-src-2cc14b9
-[ -d $COPY_SRC ] || { mkdir -p $COPY_SRC.tmp && git archive 2cc14b9 src | tar -x -C $COPY_SRC.tmp && mv $COPY_SRC.tmp $COPY_SRC; }
-PYTHONPATH=$PWD/$COPY_SRC/src .venv/bin/taps bench ${COMMON/results.jsonl/copy.jsonl} \
-  --methods ar,taps:32,taps-copy:32,prompt-lookup $SPEC --categories summarization
+# Copy rounds (taps-copy) against taps and prompt lookup on summarization, in their own file; the code of
+# commit 85038dd reads the latency profile at each round's context, so this step has its own profile, timed at
+# contexts 128/512/2048 (summarization prompts run 1-2K tokens).
+PYTHONPATH=$PWD/$INT8_SRC/src .venv/bin/taps bench ${COMMON/results.jsonl/copy.jsonl} \
+  --profile $OUT/profile-float32-onednn-packed-ctx.json --methods ar,taps:32,taps-copy:32,prompt-lookup $SPEC --categories summarization
 # Issue 4: ddtree budgets and the taps ablations, interleaved with ar and taps in their own file.
 A=ar,ddtree:8,ddtree:32,ddtree:64,taps:32,taps-noscorer:32,taps-fixed:32,taps-nolookup:32
 for d in humaneval mt-bench; do
