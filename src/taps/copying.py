@@ -76,7 +76,7 @@ class CopyPlanner:
         `context` (cached tokens before the root) reads the profile at that length."""
         if not path or self.drafted_rounds == 0.0:
             return None
-        profile = self.profile if context is None else self.profile.at_context(context)
+        profile = self.profile.at_context(context)
         reach = [self.first.p * self.next.p**i for i in range(min(len(path), budget))]  # [n] q_reach of each node
         n = profile.best_size(reach, with_draft=False)
         if n == 0:

@@ -128,13 +128,15 @@ class LatencyProfile:
         seconds = (self.draft_seconds if with_draft else 0.0) + self.verify_curve(g.shape[0])  # [B + 1]
         return int((committed / seconds).argmax())
 
-    def at_context(self, context: int) -> "LatencyProfile":
+    def at_context(self, context: int | None) -> "LatencyProfile":
         """This profile read at `context` cached tokens: every size's verify time (and t_draft,
         where kept per context) from a least-squares line over the measured context lengths
         (attention and cache work grow linearly with the context; the line also averages out a
         noisy point), its slope never negative, held flat below the shortest length (fixed costs
-        dominate there). A profile with fewer than two context series is returned as it is.
-        Memoised per context rounded to 32 tokens."""
+        dominate there). A profile with fewer than two context series, or context None (not
+        known), is returned as it is. Memoised per context rounded to 32 tokens."""
+        if context is None:
+            return self
         info = self.info
         lengths, rows = info.context_lengths, info.verify_by_context
         if len(lengths) < 2 or len(rows) != len(lengths) or any(len(r) != len(self.sizes) for r in rows):

@@ -1,8 +1,9 @@
 """Tree selection policies (method.md section 3): marginals -> prefix-closed Tree.
 
 Every policy is a pure function `(marginals [depth, vocab], root, budget) -> Tree` and needs no
-model; those that read a latency profile also take the round's `context` length. `marginals[d]` is the drafter's distribution for the token at depth d + 1. The decoding
-loop trims marginals to the depth the round may still commit, so policies never see limits.
+model; those that read a latency profile also take the round's `context` length. `marginals[d]`
+is the drafter's distribution for the token at depth d + 1. The decoding loop trims marginals
+to the depth the round may still commit, so policies never see limits.
 
 Policies with options (`cost-aware`, `taps`) take a keyword-only `config=` of their frozen
 config dataclass; `POLICIES[name].configure(**options)` binds one and returns a plain
@@ -181,8 +182,7 @@ def cost_aware(marginals: torch.Tensor, root: int, budget: int, *, config: CostA
         return Tree.root_only(root)
     logq, tok = _top_tokens(marginals, budget)
     order = _best_first(logq, budget)
-    profile = cfg.profile if context is None else cfg.profile.at_context(context)
-    n = profile.best_size([math.exp(lq) for *_, lq in order])
+    n = cfg.profile.at_context(context).best_size([math.exp(lq) for *_, lq in order])
     return _order_tree(root, tok, order[:n])
 
 
@@ -334,8 +334,7 @@ def taps(
         for c in children[v]:
             push(c)
     if cfg.throughput:  # section 5: the size with the most expected tokens per second
-        profile = cfg.profile if context is None else cfg.profile.at_context(context)
-        admitted = admitted[: profile.best_size([reach[v] for v in admitted])]
+        admitted = admitted[: cfg.profile.at_context(context).best_size([reach[v] for v in admitted])]
     index = {v: i + 1 for i, v in enumerate(admitted)}  # pool node -> tree node
     index[0] = 0
     tokens = pool.tokens.tolist()
