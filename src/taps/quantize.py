@@ -3,9 +3,9 @@
 Why: on a CPU a draft is a forward of a whole model over a few rows, bound by reading its
 weights; int8 weights are a quarter of float32's. On the 2-core AVX2 machine taps is developed
 on, the grown 0.5B drafter's call fell from 297 to 120 ms (128-token context; 456 to 212 ms at
-2,048) at about the same tau. Lossless for the output: the drafter only proposes, the float32 target verifies
-every token (method.md section 4), so a less exact drafter can cost acceptance, never
-correctness. The target itself is never quantized.
+2,048) at about the same tau. Lossless for the output: the drafter only proposes, the float32
+target verifies every token (method.md section 4), so a less exact drafter can cost acceptance,
+never correctness. The target itself is never quantized.
 
 PyTorch's dynamic quantization (`torch.ao.quantization.quantize_dynamic`, fbgemm/x86 int8
 kernels) quantizes each activation on the fly and each weight once, per output channel. Upstream
@@ -37,10 +37,6 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     PyTorch build with the x86/fbgemm engine."""
     if check_scheme(scheme) == "none":
         return model
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     from taps.linear import use_linear
 
     params = list(model.parameters())
@@ -53,9 +49,11 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
         raise ValueError(f"{scheme} drafter quantization needs PyTorch's x86 or fbgemm engine; this build has {engines}")
     torch.backends.quantized.engine = engine
     use_linear(model, "torch")  # plain nn.Linear classes: quantize_dynamic matches types exactly
-    with warnings.catch_warnings():  # upstream's deprecation notices (see the module docstring), once per layer
-        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+    with warnings.catch_warnings():  # upstream's deprecation notices (see the module docstring): import, each layer
         warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
         return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
 
 
