@@ -155,3 +155,61 @@ def test_the_shipped_grown_drafter_names_its_base_and_target():
     assert cfg.base in MODELS and info["name"] == "qwen2.5-coder-1.5b" and info["vocab_size"] == 151936
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == cfg.base
     assert (folder / "adapter_model.safetensors").stat().st_size < 60e6  # the issue's limit per shipped drafter
+
+
+def test_rollout_rows_are_the_drafters_conditionals_along_its_greedy_path(target):
+    """Row d of a rolled-out draft is the base's next-token distribution after the context and
+    its first d greedy tokens; the cache holds the committed text only afterwards."""
+    base = tiny_model("qwen2", seed=1)
+    drafter = GrownDrafter(base, GrownConfig("base", MASK, block_size=4), Target(target))
+    ids = [5, 17, 33, 2, 40]
+    marginals = drafter.draft(ids, None)  # [3, vocab]
+    deep = drafter.rollout(marginals, steps=6, min_reach=0.0)
+    assert deep.shape == (7, 96)
+    path = list(ids)
+    with torch.no_grad():
+        for d in range(7):
+            want = torch.softmax(base(torch.tensor([path])).logits[0, -1], -1)
+            torch.testing.assert_close(deep[d], want, atol=2e-5, rtol=1e-4)
+            path.append(int(want.argmax()))
+    assert drafter.cache.get_seq_length() == len(ids)
+    # min_reach stops the path once its probability falls under it; later rows keep the block marginals
+    reach = torch.cumprod(deep.max(-1).values, 0)
+    cut = int((reach >= 0.5).sum())
+    short = drafter.rollout(drafter.draft(ids, None), steps=6, min_reach=0.5)
+    assert short.shape[0] == max(3, cut + 1)
+    torch.testing.assert_close(short[: cut + 1], deep[: cut + 1], atol=2e-5, rtol=1e-4)
+
+
+def noisy_copy(model, noise: float):
+    """The target with Gaussian noise on its head: its greedy path agrees with the target's only partly."""
+    copy = tiny_model("qwen2", seed=0)
+    with torch.no_grad():
+        copy.lm_head.weight.add_(noise * torch.randn(copy.lm_head.weight.shape, generator=torch.Generator().manual_seed(1)))
+    return copy
+
+
+@pytest.mark.parametrize("base", ["target", "noisy", "unrelated"])  # rollouts all accepted, partly, hardly ever
+def test_rollout_methods_decode_losslessly(target, base):
+    tgt = Target(target)
+    name, base = base, {"target": target, "noisy": noisy_copy(target, 0.05), "unrelated": tiny_model("qwen2", seed=1)}[base]
+    drafter = GrownDrafter(base, GrownConfig("base", MASK, block_size=4), tgt)
+    prompt = [5, 17, 33, 2]
+    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+                          max_new_tokens=40, pad_token_id=0)[0, 4:].tolist()
+    for method in ("chain-rollout", "taps-rollout"):
+        res = generate(tgt, prompt, DecodeConfig(method, budget=12, max_new_tokens=40, stop_ids=(), rollout_reach=0.0),
+                       drafter)
+        assert res.token_ids == ref, method
+        if base is target and method == "chain-rollout":  # the rollout is the target's greedy path: all accepted
+            assert res.stats.accepted_per_round[:-1] == [12] * (len(res.stats.accepted_per_round) - 1), method
+        if name == "noisy":
+            assert 1.2 < res.stats.tau < 5, method  # partly accepted
+
+
+def test_rollout_needs_a_drafter_that_can_roll_out(target):
+    tgt = Target(target)
+    with pytest.raises(ValueError, match="only a grown drafter"):
+        generate(tgt, [5, 17, 33], DecodeConfig("taps-rollout", max_new_tokens=4), make_drafter("noisy", tgt))
+    with pytest.raises(ValueError, match="rollout_steps"):
+        DecodeConfig("taps-rollout", rollout_steps=-1)

@@ -10,6 +10,7 @@ from tiny import tiny_model
 from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import make_drafter
+from taps.grown import GrownConfig, GrownDrafter
 from taps.target import Target
 from taps.tree import Tree
 from taps.verify import SamplingConfig
@@ -43,12 +44,17 @@ def exact_two_token_law(model, sampling):
         (SamplingConfig(1.0), "oracle", "chain"),  # the greedy path, often rejected when sampling
         (SamplingConfig(0.8, top_k=5, top_p=0.9), "noisy", "chain"),
         (SamplingConfig(1.0), "noisy", "taps"),
+        (SamplingConfig(1.0), "grown", "taps-rollout"),  # rolls out the target's own greedy path
+        (SamplingConfig(0.8, top_k=5, top_p=0.9), "grown", "chain-rollout"),
     ],
 )
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, method):
     target = Target(model)
-    d = make_drafter(drafter, target, block_len=3)
+    if drafter == "grown":  # a grown drafter whose base is the target itself, mask token 7
+        d = GrownDrafter(model, GrownConfig("target", VOCAB - 1, block_size=3), target)
+    else:
+        d = make_drafter(drafter, target, block_len=3)
     law = exact_two_token_law(model, sampling)
     samples, accepted = [], 0
     for seed in range(N_RUNS):

@@ -60,6 +60,8 @@ class BenchConfig:
     scorer: str | None = None  # trained TAPS edge scorer folder (default: the drafter's scorer/, else plain marginals)
     lookup: bool = True  # taps: n-gram lookup candidates join the pool
     drafter_quant: str = "none"  # "int8": the drafter and hf-assisted's assistant run int8 linear layers (taps.quantize)
+    rollout_steps: int = DecodeConfig.rollout_steps  # rollout methods: most greedy drafter steps per round
+    rollout_reach: float = DecodeConfig.rollout_reach  # rollout methods: stop when the path's probability falls under it
 
     @property
     def scorer_dir(self) -> str | None:
@@ -102,6 +104,7 @@ class BenchConfig:
         if self.turns is not None and self.turns < 1:
             raise ValueError("turns must be >= 1")
         check_scheme(self.drafter_quant)
+        DecodeConfig(rollout_steps=self.rollout_steps, rollout_reach=self.rollout_reach)  # validates both
 
 
 @dataclass
@@ -163,7 +166,8 @@ def _conversation(session: Session, prompt: Prompt, answer: Callable[[list[int]]
 
 def run_policy(session: Session, prompt: Prompt, method: str, budget: int | None, temperature: float, seed: int, max_new: int) -> Run:
     cfg = DecodeConfig(method=method, budget=budget or 1, max_new_tokens=max_new,
-                       sampling=SamplingConfig(temperature), seed=seed, lookup=session.cfg.lookup)  # fmt: skip
+                       sampling=SamplingConfig(temperature), seed=seed, lookup=session.cfg.lookup,
+                       rollout_steps=session.cfg.rollout_steps, rollout_reach=session.cfg.rollout_reach)  # fmt: skip
 
     def answer(ids):
         res = generate(session.target, ids, cfg, session.drafter, session.selectors[method], session.profile)
@@ -222,6 +226,7 @@ def environment(cfg: BenchConfig) -> dict:
         "drafter_quant": cfg.drafter_quant,
         "scorer": cfg.scorer_dir,
         "seed": cfg.seed,
+        "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
     }
 
 

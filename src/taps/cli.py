@@ -79,6 +79,7 @@ def _generate(args) -> int:
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
         seed=args.seed,
         lookup=not args.no_lookup,
+        **_rollout_options(args),
     )
     needs_draft = get_policy(args.method).needs_draft
     args.drafter = _drafter_or_default(args) if needs_draft else None
@@ -108,6 +109,12 @@ def _generate(args) -> int:
     return 0
 
 
+def _rollout_options(args) -> dict:
+    """--rollout-steps/--rollout-reach as given; absent ones keep DecodeConfig's defaults."""
+    given = {"rollout_steps": args.rollout_steps, "rollout_reach": args.rollout_reach}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def _csv(kind):
     return lambda text: tuple(kind(x) for x in text.split(",") if x)
 
@@ -123,7 +130,7 @@ def _bench(args) -> int:
         temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
         profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup, turns=args.turns,
-        drafter_quant=args.drafter_quant,
+        drafter_quant=args.drafter_quant, **_rollout_options(args),
     )  # fmt: skip
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
@@ -158,6 +165,12 @@ def _add_policy_options(p) -> None:
     p.add_argument("--scorer", default=None, help="trained TAPS edge scorer folder (default: the drafter folder's scorer/, else plain marginals)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (float32 targets): faster drafts, the same output (none)")
     p.add_argument("--no-lookup", action="store_true", help="taps: no n-gram lookup candidates in the pool")
+    # defaults None: taps.decode.DecodeConfig's (importing it here would slow every command's start)
+    p.add_argument("--rollout-steps", type=int, default=None,
+                   help="rollout methods (taps-rollout, chain-rollout): most greedy drafter steps after the block "
+                        "pass (16)")
+    p.add_argument("--rollout-reach", type=float, default=None,
+                   help="rollout methods: stop rolling out when the path's drafter probability falls under this (0.1)")
 
 
 def _profile(args) -> int:

@@ -33,6 +33,8 @@ class DecodeConfig:
     stop_ids: tuple[int, ...] | None = None  # stop after any of these; None = the model's EOS ids
     seed: int = 0  # seeds the target's draws at temperature > 0
     lookup: bool = True  # policies that take extra candidates (taps): add n-gram continuations of the context
+    rollout_steps: int = 16  # rollout methods: most greedy drafter steps after the block pass
+    rollout_reach: float = 0.1  # rollout methods: stop when the path's drafter probability falls under this
 
     def __post_init__(self):
         get_policy(self.method)  # unknown names fail here, with the list of known ones
@@ -40,6 +42,9 @@ class DecodeConfig:
             raise ValueError(f"budget must be >= 1 drafted node, got {self.budget}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.rollout_steps < 0 or not 0 <= self.rollout_reach <= 1:
+            raise ValueError(f"need rollout_steps >= 0 and 0 <= rollout_reach <= 1, got {self.rollout_steps}, "
+                             f"{self.rollout_reach}")
 
 
 @dataclass
@@ -147,6 +152,9 @@ def generate(
         if drafter is None:
             raise ValueError(f"method {cfg.method!r} needs a drafter")
         check_drafter(target, drafter)
+        if policy.rollout and not callable(getattr(drafter, "rollout", None)):
+            raise ValueError(f"method {cfg.method!r} deepens drafts with the drafter's own greedy steps, which only a "
+                             "grown drafter can take (taps.grown); use it with one, or use a method without rollout")
     stop = set(default_stop_ids(target) if cfg.stop_ids is None else cfg.stop_ids)
     gen = torch.Generator().manual_seed(cfg.seed)
     stats = Stats()
@@ -173,7 +181,10 @@ def generate(
             tree = copy
         elif policy.needs_draft and remaining > 1:
             t = clock()
-            marginals = drafter.draft(ids, pending)[: remaining - 1]  # [depth, vocab]
+            marginals = drafter.draft(ids, pending)  # [L, vocab]
+            if policy.rollout:
+                marginals = drafter.rollout(marginals, min(cfg.rollout_steps, remaining - 2), cfg.rollout_reach)
+            marginals = marginals[: remaining - 1]  # [depth, vocab]
             t_draft, pending, drafted = clock() - t, None, True
             extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if lookup else {}
             if policy.reads_context:

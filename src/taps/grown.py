@@ -195,10 +195,46 @@ class GrownDrafter:
         if n_masks:
             self.cache.crop(-n_masks)  # a negative crop drops that many tokens: the masks are not context
         self.cached = ids
+        return self._probs(logits)
+
+    @torch.inference_mode()
+    def rollout(self, marginals: torch.Tensor, steps: int, min_reach: float) -> torch.Tensor:
+        """Deepen the draft just made along the drafter's own greedy path (the `rollout` methods).
+
+        The block pass's marginals are strong at depth 1 and weak beyond: later masks never see
+        which token came first. Here the base reads its greedy token a_1 = argmax q_1, then a_2,
+        ... one row per forward, and row d becomes p(x_{d+1} | context, a_1..a_d), the drafter's
+        conditional along that path (row 0 is unchanged: the root's row is already conditional).
+        It stops after `steps` tokens or when the path's drafter probability prod_d p(a_d) falls
+        under `min_reach`; rows past the path keep their block marginals. Returns
+        [max(L, 1 + path length), vocab]. Must follow `draft` (its cache ends at the root); the
+        path's K/V are dropped again, so the cache still holds committed text only.
+        """
+        rows, path, reach = [marginals[0]], [], 1.0
+        while len(path) < steps:
+            token = int(rows[-1].argmax())
+            reach *= float(rows[-1][token])
+            if reach < min_reach:
+                break
+            path.append(token)
+            pos = len(self.cached) + len(path) - 1
+            logits = self.model(
+                input_ids=torch.tensor([[token]]),
+                position_ids=torch.tensor([[pos]]),
+                past_key_values=self.cache,
+                use_cache=True,
+            ).logits[0].float()  # [1, rows]
+            rows.append(self._probs(logits)[0])
+        if path:
+            self.cache.crop(-len(path))
+        return torch.cat([torch.stack(rows), marginals[len(rows):]])  # [max(L, 1 + len(path)), vocab]
+
+    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """[n, rows] logits -> [n, vocab] probabilities; ids past the base's head get 0."""
         probs = torch.softmax(logits, dim=-1)
         if self.rows == self.vocab_size:
             return probs
-        full = torch.zeros(self.block_len, self.vocab_size)  # [L, vocab]: rows past the base's head get 0
+        full = torch.zeros(probs.shape[0], self.vocab_size)
         full[:, : self.rows] = probs
         return full
 

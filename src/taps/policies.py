@@ -44,6 +44,7 @@ class Policy:
     overrides: tuple[tuple[str, object], ...] = ()  # options an ablation variant fixes; they win over given ones
     copy_rounds: bool = False  # the loop may skip the drafter and verify an n-gram continuation alone (taps.copying)
     reads_context: bool = False  # `select` takes `context=` (the round's cached tokens) to read its latency profile there
+    rollout: bool = False  # the loop deepens each draft along the drafter's greedy path first (GrownDrafter.rollout)
 
     def configure(self, **options) -> PolicyFn:
         """`select` with its config built from `options`, e.g.
@@ -347,19 +348,24 @@ def _variant_default(config_type: type, overrides: tuple[tuple[str, object], ...
 
 
 def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None = None, copy_rounds: bool = False,
-                     **overrides) -> None:
+                     rollout: bool = False, **overrides) -> None:
     """A variant of `base` under its own --method name, so a benchmark runs both side by side:
-    the same selection with some options fixed, optionally without lookup candidates, or with
-    copy rounds (taps.copying)."""
+    the same selection with some options fixed, optionally without lookup candidates, with
+    copy rounds (taps.copying) or with drafts deepened by a greedy rollout."""
     b = POLICIES[base]
     fixed = tuple(sorted(overrides.items()))
+    if fixed and b.config_type is None:
+        raise ValueError(f"method {base!r} takes no options, got {sorted(overrides)}")
 
     def select(marginals: torch.Tensor, root: int, budget: int, *, config=None, **kwargs) -> Tree:
         return b.select(marginals, root, budget, config=config or _variant_default(b.config_type, fixed), **kwargs)
 
+    if b.config_type is None:
+        select = b.select  # nothing to fix: the base's own function
+
     paths = b.accepts_paths if accepts_paths is None else accepts_paths
     POLICIES[name] = dataclasses.replace(b, name=name, select=select, doc=doc, accepts_paths=paths, overrides=fixed,
-                                         copy_rounds=copy_rounds)
+                                         copy_rounds=copy_rounds, rollout=rollout)
 
 
 register_variant("taps-noscorer", "taps", "TAPS ablation: plain marginals as q_cond instead of the learned scorer",
@@ -369,3 +375,10 @@ register_variant("taps-fixed", "taps", "TAPS ablation: no throughput cut, the tr
 register_variant("taps-nolookup", "taps", "TAPS ablation: no n-gram lookup candidates in the pool", accepts_paths=False)
 register_variant("taps-copy", "taps", "TAPS with copy rounds: skip the drafter when an n-gram continuation alone is "
                  "modelled faster (taps.copying)", copy_rounds=True)
+# The learned scorer corrects block marginals (rows blind to earlier positions); rollout rows are the
+# base model's own conditionals, already calibrated: on HumanEval replays the scorer cut their tau.
+register_variant("taps-rollout", "taps", "TAPS on drafts deepened by the drafter's greedy rollout: conditional rows "
+                 "along its own path after the block pass, scored as they are (grown drafters; "
+                 "DecodeConfig.rollout_steps/rollout_reach)", rollout=True, scorer=None)
+register_variant("chain-rollout", "chain", "chain along the drafter's greedy rollout: autoregressive drafting with "
+                 "the grown drafter's base, seeded by the block pass (grown drafters)", rollout=True)
