@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import statistics
 import time
@@ -24,7 +23,7 @@ from taps.assets import DTYPES, load_model
 from taps.datasets import Prompt, load_prompts
 from taps.decode import DecodeConfig, generate
 from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
-from taps.costmodel import LatencyProfile, saved_profile
+from taps.costmodel import LatencyProfile, cpu_name, saved_profile
 from taps.linear import linear_in_use
 from taps.policies import POLICIES, configure_policy
 from taps.quantize import check_scheme, quantize_linears
@@ -216,7 +215,7 @@ PEERS: dict[str, Callable[..., Run]] = {
 
 def environment(cfg: BenchConfig) -> dict:
     return {
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

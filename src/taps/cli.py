@@ -168,7 +168,7 @@ def _add_policy_options(p) -> None:
     # defaults None: taps.decode.DecodeConfig's (importing it here would slow every command's start)
     p.add_argument("--rollout-steps", type=int, default=None,
                    help="rollout methods (taps-rollout, chain-rollout): most greedy drafter steps after the block "
-                        "pass (16)")
+                        "pass, at most budget - 1 (64)")
     p.add_argument("--rollout-reach", type=float, default=None,
                    help="rollout methods: stop rolling out when the path's drafter probability falls under this (0.1)")
 

@@ -23,6 +23,7 @@ import json
 import platform
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -181,7 +182,14 @@ class LatencyProfile:
 
     @staticmethod
     def load(path: str | Path) -> "LatencyProfile":
-        return LatencyProfile.from_dict(json.loads(Path(path).read_text()))
+        """The profile saved at `path`; warns when it was measured on another CPU than this one
+        (its tree sizes would fit that machine: measure this one with `taps profile`)."""
+        profile = LatencyProfile.from_dict(json.loads(Path(path).read_text()))
+        here = cpu_name()
+        if profile.info.cpu != here:
+            warnings.warn(f"the latency profile {path} was measured on {profile.info.cpu!r}, this CPU is {here!r}: "
+                          "tree sizes follow that machine's costs; run `taps profile` here", stacklevel=2)
+        return profile
 
 
 def _read_line(xs: Sequence[int], ys: Sequence[float], x: float) -> float:
@@ -222,14 +230,24 @@ def default_profile() -> LatencyProfile:
     return LatencyProfile(sizes, seconds, seconds[0], info)
 
 
+VECTOR_ISAS = ("amx_tile", "avx512_bf16", "avx512f", "avx2", "avx")  # widest first: what a CPU's matmuls can use
+
+
 def cpu_name() -> str:
+    """The CPU's model name and its widest vector extension, e.g. "AMD EPYC (avx512_bf16)": one
+    model name covers machines whose kernels differ severalfold (AVX2 only, or bfloat16 dot products)."""
+    name, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    isa = next((f for f in VECTOR_ISAS if f in flags), None)
+    return f"{name} ({isa})" if isa else name
 
 
 def random_tree(n: int, root: int, vocab: int, gen: torch.Generator) -> Tree:

@@ -33,7 +33,7 @@ class DecodeConfig:
     stop_ids: tuple[int, ...] | None = None  # stop after any of these; None = the model's EOS ids
     seed: int = 0  # seeds the target's draws at temperature > 0
     lookup: bool = True  # policies that take extra candidates (taps): add n-gram continuations of the context
-    rollout_steps: int = 16  # rollout methods: most greedy drafter steps after the block pass
+    rollout_steps: int = 64  # rollout methods: most greedy drafter steps after the block pass
     rollout_reach: float = 0.1  # rollout methods: stop when the path's drafter probability falls under this
 
     def __post_init__(self):
@@ -183,7 +183,9 @@ def generate(
             t = clock()
             marginals = drafter.draft(ids, pending)  # [L, vocab]
             if policy.rollout:
-                marginals = drafter.rollout(marginals, min(cfg.rollout_steps, remaining - 2), cfg.rollout_reach)
+                # a path longer than budget - 1 tokens could not be verified whole: no step past it
+                steps = min(cfg.rollout_steps, remaining - 2, cfg.budget - 1)
+                marginals = drafter.rollout(marginals, steps, cfg.rollout_reach)
             marginals = marginals[: remaining - 1]  # [depth, vocab]
             t_draft, pending, drafted = clock() - t, None, True
             extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if lookup else {}
