@@ -1,12 +1,14 @@
 """The latency profile: monotone fit, interpolation, throughput-optimal size, JSON, measurement."""
 
+import dataclasses
 import math
+import warnings
 
 import pytest
 import torch
 from tiny import tiny_model
 
-from taps.costmodel import LatencyProfile, ProfileInfo, default_profile, measure_profile
+from taps.costmodel import LatencyProfile, ProfileInfo, cpu_name, default_profile, measure_profile
 from taps.drafters import RandomDrafter
 from taps.target import Target
 
@@ -113,7 +115,13 @@ def test_default_profile_is_the_assets_smollm2_bf16_row():
 def test_save_load_round_trip(tmp_path):
     p = default_profile()
     p.save(tmp_path / "profile.json")
-    assert LatencyProfile.load(tmp_path / "profile.json") == p
+    with pytest.warns(UserWarning, match="measured on '2-core AVX-512"):  # another CPU than this one
+        assert LatencyProfile.load(tmp_path / "profile.json") == p
+    here = dataclasses.replace(p, info=dataclasses.replace(p.info, cpu=cpu_name()))
+    here.save(tmp_path / "here.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # measured on this CPU: no warning
+        assert LatencyProfile.load(tmp_path / "here.json") == here
     (tmp_path / "other.json").write_text('{"format": "something-else"}')
     with pytest.raises(ValueError, match="taps-latency-profile"):
         LatencyProfile.load(tmp_path / "other.json")
