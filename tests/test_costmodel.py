@@ -69,6 +69,10 @@ def test_best_size_maximises_modelled_tokens_per_second():
     assert p.best_size(gains) == max(range(len(rate)), key=rate.__getitem__) == 4
     assert p.best_size([]) == 0
     assert profile([0, 1], [1.0, 1.5]).best_size([0.3]) == 0  # 30% more tokens for 50% more time: not worth it
+    # a round's own drafting time replaces t_draft: a dear (sunk) draft makes bigger trees pay, none smaller ones
+    assert profile([0, 1], [1.0, 1.5]).best_size([0.3], draft_seconds=5.0) == 1
+    rate0 = [(1 + sum(gains[:n])) / p.t_verify(n) for n in range(len(gains) + 1)]
+    assert p.best_size(gains, draft_seconds=0.0) == max(range(len(rate0)), key=rate0.__getitem__)
 
 
 def by_context(rows, drafts=()):

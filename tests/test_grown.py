@@ -213,3 +213,21 @@ def test_rollout_needs_a_drafter_that_can_roll_out(target):
         generate(tgt, [5, 17, 33], DecodeConfig("taps-rollout", max_new_tokens=4), make_drafter("noisy", tgt))
     with pytest.raises(ValueError, match="rollout_steps"):
         DecodeConfig("taps-rollout", rollout_steps=-1)
+
+
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+def test_a_rollout_round_passes_its_own_drafting_time_to_the_policy(target):
+    """taps-rollout chooses its size with the round's block pass + rollout time as t_draft."""
+    from taps.policies import POLICIES
+
+    seen = []
+
+    def spy(marginals, root, budget, **kw):
+        seen.append(kw)
+        return POLICIES["taps-rollout"].select(marginals, root, budget, **kw)
+
+    tgt = Target(target)
+    drafter = GrownDrafter(target, GrownConfig("base", MASK, block_size=4), tgt)
+    generate(tgt, [5, 17, 33, 2], DecodeConfig("taps-rollout", budget=8, max_new_tokens=20, stop_ids=()), drafter,
+             select=spy)
+    assert seen and all(kw["draft_seconds"] > 0 and "context" in kw for kw in seen)

@@ -170,7 +170,7 @@ def _add_policy_options(p) -> None:
                    help="rollout methods (taps-rollout, chain-rollout): most greedy drafter steps after the block "
                         "pass, at most budget - 1 (64)")
     p.add_argument("--rollout-reach", type=float, default=None,
-                   help="rollout methods: stop rolling out when the path's drafter probability falls under this (0.1)")
+                   help="rollout methods: stop rolling out when the path's drafter probability falls under this (0.2)")
 
 
 def _profile(args) -> int:

@@ -78,7 +78,7 @@ class CopyPlanner:
             return None
         profile = self.profile.at_context(context)
         reach = [self.first.p * self.next.p**i for i in range(min(len(path), budget))]  # [n] q_reach of each node
-        n = profile.best_size(reach, with_draft=False)
+        n = profile.best_size(reach, draft_seconds=0.0)
         if n == 0:
             return None
         copy_rate = (1.0 + sum(reach[:n])) / profile.t_verify(n)

@@ -116,17 +116,20 @@ class LatencyProfile:
         """Seconds to verify a tree of n drafted nodes."""
         return float(self.verify_curve(n)[n])
 
-    def best_size(self, gains: Sequence[float] | torch.Tensor, with_draft: bool = True) -> int:
+    def best_size(self, gains: Sequence[float] | torch.Tensor, draft_seconds: float | None = None) -> int:
         """The n in 0..len(gains) maximising (1 + sum(gains[:n])) / (t_draft + t_verify(n)).
 
         gains[i] = the probability that the (i+1)-th node of a prefix-closed admission order is
         accepted, so the numerator is the expected tokens committed by the round (method.md 3.3).
-        Ties go to the smaller tree. `with_draft=False` leaves t_draft out: a round whose tree
-        needs no drafter call (a copy round, taps.copying).
+        Ties go to the smaller tree. `draft_seconds` replaces the profile's t_draft when the
+        round's drafting cost is known: 0 for a round with no drafter call (a copy round,
+        taps.copying), the measured block pass plus rollout steps for a rollout round (sunk by
+        the time the tree is chosen, and the larger it is the more a deeper tree pays).
         """
         g = torch.as_tensor(gains, dtype=torch.float64)  # [B]
         committed = 1 + torch.cat([g.new_zeros(1), g.cumsum(0)])  # [B + 1]
-        seconds = (self.draft_seconds if with_draft else 0.0) + self.verify_curve(g.shape[0])  # [B + 1]
+        draft = self.draft_seconds if draft_seconds is None else draft_seconds
+        seconds = draft + self.verify_curve(g.shape[0])  # [B + 1]
         return int((committed / seconds).argmax())
 
     def at_context(self, context: int | None) -> "LatencyProfile":

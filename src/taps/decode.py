@@ -34,7 +34,7 @@ class DecodeConfig:
     seed: int = 0  # seeds the target's draws at temperature > 0
     lookup: bool = True  # policies that take extra candidates (taps): add n-gram continuations of the context
     rollout_steps: int = 64  # rollout methods: most greedy drafter steps after the block pass
-    rollout_reach: float = 0.1  # rollout methods: stop when the path's drafter probability falls under this
+    rollout_reach: float = 0.2  # rollout methods: stop when the path's drafter probability falls under this
 
     def __post_init__(self):
         get_policy(self.method)  # unknown names fail here, with the list of known ones
@@ -191,6 +191,8 @@ def generate(
             extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if lookup else {}
             if policy.reads_context:
                 extra["context"] = len(ids) - 1  # cached tokens before the root
+                if policy.rollout:  # the rollout's steps are this round's own drafting cost
+                    extra["draft_seconds"] = t_draft
             tree = select(marginals, ids[-1], cfg.budget, **extra)
         t2 = clock()
         out = target.forward_tree(tree)

@@ -43,7 +43,7 @@ class Policy:
     accepts_paths: bool = False  # `select` takes `extra_paths=` (candidates from n-gram lookup, section 3.4 + issue 4)
     overrides: tuple[tuple[str, object], ...] = ()  # options an ablation variant fixes; they win over given ones
     copy_rounds: bool = False  # the loop may skip the drafter and verify an n-gram continuation alone (taps.copying)
-    reads_context: bool = False  # `select` takes `context=` (the round's cached tokens) to read its latency profile there
+    reads_context: bool = False  # `select` takes `context=` (the round's cached tokens) and `draft_seconds=` for its profile
     rollout: bool = False  # the loop deepens each draft along the drafter's greedy path first (GrownDrafter.rollout)
 
     def configure(self, **options) -> PolicyFn:
@@ -173,17 +173,18 @@ class CostAwareConfig:
     reads_context=True,
 )
 def cost_aware(marginals: torch.Tensor, root: int, budget: int, *, config: CostAwareConfig | None = None,
-               context: int | None = None) -> Tree:
+               context: int | None = None, draft_seconds: float | None = None) -> Tree:
     """method.md 3.3: along DDTree's best-first order, keep the n <= budget first nodes that
     maximise (1 + sum of their Q) / (t_draft + t_verify(n)); every prefix of the order is a
     prefix-closed tree, so any n is valid. `context` (cached tokens before the root) reads the
-    profile at that length (`LatencyProfile.at_context`); None: the profile's mean curve."""
+    profile at that length (`LatencyProfile.at_context`); None: the profile's mean curve.
+    `draft_seconds`: this round's drafting time when known (rollout rounds), else the profile's."""
     cfg = config or default_config(CostAwareConfig)
     if marginals.shape[0] == 0 or budget == 0:
         return Tree.root_only(root)
     logq, tok = _top_tokens(marginals, budget)
     order = _best_first(logq, budget)
-    n = cfg.profile.at_context(context).best_size([math.exp(lq) for *_, lq in order])
+    n = cfg.profile.at_context(context).best_size([math.exp(lq) for *_, lq in order], draft_seconds)
     return _order_tree(root, tok, order[:n])
 
 
@@ -292,6 +293,7 @@ def taps(
     config: TapsConfig | None = None,
     extra_paths: Sequence[CandidatePath] = (),
     context: int | None = None,
+    draft_seconds: float | None = None,
 ) -> Tree:
     """method.md 3.4 (a-d) with section 5's size rule.
 
@@ -305,7 +307,8 @@ def taps(
        frontier (admitted nodes' children) is exactly this greedy, O(B log B) plus the children.
     Then, with `throughput`, keep the first n admitted nodes maximising
     (1 + sum q_reach) / (t_draft + t_verify(n)) (every prefix of the order is prefix-closed),
-    the profile read at `context` cached tokens when given (`LatencyProfile.at_context`).
+    the profile read at `context` cached tokens when given (`LatencyProfile.at_context`), with
+    t_draft = `draft_seconds` when given (a rollout round's own drafting time).
     """
     cfg = config or default_config(TapsConfig)
     if marginals.shape[0] == 0 or budget == 0:
@@ -335,7 +338,7 @@ def taps(
         for c in children[v]:
             push(c)
     if cfg.throughput:  # section 5: the size with the most expected tokens per second
-        admitted = admitted[: cfg.profile.at_context(context).best_size([reach[v] for v in admitted])]
+        admitted = admitted[: cfg.profile.at_context(context).best_size([reach[v] for v in admitted], draft_seconds)]
     index = {v: i + 1 for i, v in enumerate(admitted)}  # pool node -> tree node
     index[0] = 0
     tokens = pool.tokens.tolist()

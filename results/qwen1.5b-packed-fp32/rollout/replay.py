@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--profile", required=True)
     ap.add_argument("--methods", default="taps,taps-rollout")
     ap.add_argument("--budget", type=int, default=32)
+    ap.add_argument("--tag", default="")
     ap.add_argument("--dataset", default="humaneval")
     ap.add_argument("--limit", type=int, default=5)
     ap.add_argument("--drafter-quant", default="int8")
@@ -93,6 +94,8 @@ def main():
                 extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if policy.accepts_paths else {}
                 if policy.reads_context:
                     extra["context"] = len(ids) - 1
+                    if policy.rollout:
+                        extra["draft_seconds"] = t2 - t0
                 tree = select(m, ids[-1], args.budget, **extra)
                 a = accepted_length(tree, out[pos:])
                 a = min(a, len(out) - pos - 1)
