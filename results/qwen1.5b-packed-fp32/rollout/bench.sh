@@ -1,11 +1,11 @@
 #!/bin/bash
 # taps-rollout and chain-rollout (the block draft deepened along the grown drafter's greedy path) against
 # taps, hf-assisted and ar, int8 drafters (taps' drafter and hf-assisted's assistant alike), interleaved per
-# prompt, into rollout.jsonl, with a latency profile measured on this AVX-512 machine. Runs the code of commit 4393966, unpacked under runs/ (as ../bench.sh does);
+# prompt, into rollout.jsonl, with a latency profile measured on this AVX-512 machine. Runs the code of commit b11ce9f, unpacked under runs/ (as ../bench.sh does);
 # resumable: a rerun skips finished records.
 set -e
 cd "$(dirname "$0")/../../.."
-REV=4393966
+REV=b11ce9f
 SRC=runs/bench-src-$REV
 [ -d $SRC ] || { mkdir -p $SRC.tmp && git archive $REV src | tar -x -C $SRC.tmp && mv $SRC.tmp $SRC; }
 export PYTHONPATH=$PWD/$SRC/src
