@@ -299,8 +299,10 @@ def _plots(records: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]
 
 
 def head_to_head_section(records: list[dict]) -> list[str]:
-    """The report's lines comparing taps with its rivals; none when taps or every rival is absent."""
-    rows = head_to_head(records)
+    """The report's lines comparing taps and each of its variants present (taps-rollout, the
+    ablations, ...) with their rivals; none when no taps method or every rival is absent."""
+    present = dict.fromkeys(r["method"] for r in records)  # first-seen order: the --methods order
+    rows = [row for m in present if m == "taps" or m.startswith("taps-") for row in head_to_head(records, m)]
     if not rows:
         return []
     return [
@@ -308,7 +310,7 @@ def head_to_head_section(records: list[dict]) -> list[str]:
         "",
         markdown_table(rows, HEAD_TO_HEAD_COLUMNS),
         "",
-        "- speedup vs rival: median over prompts of taps' tokens/s divided by the rival's on the same prompt "
+        "- speedup vs rival: median over prompts of the method's tokens/s divided by the rival's on the same prompt "
         "and temperature; the ddtree rival is its budget with the best median speedup vs ar on that set.",
         "",
     ]
