@@ -189,6 +189,7 @@ def noisy_copy(model, noise: float):
     return copy
 
 
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 @pytest.mark.parametrize("base", ["target", "noisy", "unrelated"])  # rollouts all accepted, partly, hardly ever
 def test_rollout_methods_decode_losslessly(target, base):
     tgt = Target(target)
