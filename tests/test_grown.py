@@ -1,6 +1,7 @@
 """The grown drafter (issue 3, kind b) on tiny random Qwen2 models: training rows equal inference,
 training learns, the folder round-trips, decoding stays lossless, bad input is refused."""
 
+import copy as copy_module
 import json
 
 import pytest
@@ -182,8 +183,8 @@ def test_rollout_rows_are_the_drafters_conditionals_along_its_greedy_path(target
 
 
 def noisy_copy(model, noise: float):
-    """The target with Gaussian noise on its head: its greedy path agrees with the target's only partly."""
-    copy = tiny_model("qwen2", seed=0)
+    """`model` with Gaussian noise on its head: its greedy path agrees with the model's only partly."""
+    copy = copy_module.deepcopy(model)
     with torch.no_grad():
         copy.lm_head.weight.add_(noise * torch.randn(copy.lm_head.weight.shape, generator=torch.Generator().manual_seed(1)))
     return copy
@@ -193,7 +194,9 @@ def noisy_copy(model, noise: float):
 @pytest.mark.parametrize("base", ["target", "noisy", "unrelated"])  # rollouts all accepted, partly, hardly ever
 def test_rollout_methods_decode_losslessly(target, base):
     tgt = Target(target)
-    name, base = base, {"target": target, "noisy": noisy_copy(target, 0.05), "unrelated": tiny_model("qwen2", seed=1)}[base]
+    bases = {"target": lambda: target, "noisy": lambda: noisy_copy(target, 0.05),
+             "unrelated": lambda: tiny_model("qwen2", seed=1)}
+    name, base = base, bases[base]()
     drafter = GrownDrafter(base, GrownConfig("base", MASK, block_size=4), tgt)
     prompt = [5, 17, 33, 2]
     ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,

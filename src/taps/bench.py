@@ -21,7 +21,7 @@ import transformers
 
 from taps.assets import DTYPES, load_model
 from taps.datasets import Prompt, load_prompts
-from taps.decode import DecodeConfig, generate
+from taps.decode import DecodeConfig, check_rollout, generate
 from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
 from taps.costmodel import LatencyProfile, cpu_name, saved_profile
 from taps.linear import linear_in_use
@@ -103,7 +103,7 @@ class BenchConfig:
         if self.turns is not None and self.turns < 1:
             raise ValueError("turns must be >= 1")
         check_scheme(self.drafter_quant)
-        DecodeConfig(rollout_steps=self.rollout_steps, rollout_reach=self.rollout_reach)  # validates both
+        check_rollout(self.rollout_steps, self.rollout_reach)
 
 
 @dataclass

@@ -42,9 +42,12 @@ class DecodeConfig:
             raise ValueError(f"budget must be >= 1 drafted node, got {self.budget}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.rollout_steps < 0 or not 0 <= self.rollout_reach <= 1:
-            raise ValueError(f"need rollout_steps >= 0 and 0 <= rollout_reach <= 1, got {self.rollout_steps}, "
-                             f"{self.rollout_reach}")
+        check_rollout(self.rollout_steps, self.rollout_reach)
+
+
+def check_rollout(steps: int, reach: float) -> None:
+    if steps < 0 or not 0 <= reach <= 1:
+        raise ValueError(f"need rollout_steps >= 0 and 0 <= rollout_reach <= 1, got {steps}, {reach}")
 
 
 @dataclass

@@ -357,14 +357,13 @@ def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None 
     copy rounds (taps.copying) or with drafts deepened by a greedy rollout."""
     b = POLICIES[base]
     fixed = tuple(sorted(overrides.items()))
-    if fixed and b.config_type is None:
-        raise ValueError(f"method {base!r} takes no options, got {sorted(overrides)}")
-
-    def select(marginals: torch.Tensor, root: int, budget: int, *, config=None, **kwargs) -> Tree:
-        return b.select(marginals, root, budget, config=config or _variant_default(b.config_type, fixed), **kwargs)
-
     if b.config_type is None:
+        if fixed:
+            raise ValueError(f"method {base!r} takes no options, got {sorted(overrides)}")
         select = b.select  # nothing to fix: the base's own function
+    else:
+        def select(marginals: torch.Tensor, root: int, budget: int, *, config=None, **kwargs) -> Tree:
+            return b.select(marginals, root, budget, config=config or _variant_default(b.config_type, fixed), **kwargs)
 
     paths = b.accepts_paths if accepts_paths is None else accepts_paths
     POLICIES[name] = dataclasses.replace(b, name=name, select=select, doc=doc, accepts_paths=paths, overrides=fixed,

@@ -24,11 +24,10 @@ from taps.assets import model_dir
 from taps.bench import read_records
 from taps.costmodel import LatencyProfile
 from taps.datasets import load_prompts
-from taps.drafters import default_drafter, make_drafter
+from taps.drafters import default_drafter, default_scorer, make_drafter
 from taps.lookup import ngram_continuations
 from taps.policies import CandidatePath, configure_policy, get_policy
 from taps.scorer import EdgeScorer
-from taps.drafters import default_scorer
 
 
 def accepted_length(tree, greedy: list[int]) -> int:
