@@ -8,7 +8,7 @@ from tiny import tiny_model
 from taps.decode import DecodeConfig, generate
 from taps.drafters import make_drafter
 from taps.grown import GrownConfig, GrownDrafter
-from taps.quantize import quantize_linears, quantized_layers
+from taps.quantize import load_dtype, quantize_linears, quantized_layers
 from taps.target import Target
 
 PROMPT = [5, 17, 33, 2, 9, 41]
@@ -53,3 +53,19 @@ def test_decoding_with_an_int8_drafter_equals_greedy(method):
     res = generate(target, PROMPT, DecodeConfig(method, budget=8, max_new_tokens=40, stop_ids=()), drafter)
     assert res.token_ids == ref
     assert res.stats.tau > 1.2  # the draft was used
+
+
+def test_an_int8_grown_drafter_loads_in_float32_beside_a_bfloat16_target():
+    """int8 kernels read float32 weights; a grown drafter reads only token ids, so it may run in
+    float32 int8 while the target verifies in bfloat16 (the fast pair on CPUs with bf16 kernels)."""
+    assert load_dtype("none", torch.bfloat16) == torch.bfloat16
+    assert load_dtype("int8", torch.bfloat16) == torch.float32
+    target = Target(tiny_model("qwen2", seed=0).to(torch.bfloat16))
+    base = tiny_model("qwen2", seed=0)
+    cfg = GrownConfig(base="tiny", mask_token_id=95, block_size=6)
+    drafter = GrownDrafter(base, cfg, target, dtype=load_dtype("int8", target.dtype))
+    drafter.model = quantize_linears(drafter.model, "int8")
+    ar = generate(target, PROMPT, DecodeConfig("ar", max_new_tokens=30, stop_ids=()))
+    res = generate(target, PROMPT, DecodeConfig("chain", budget=5, max_new_tokens=30, stop_ids=()), drafter)
+    assert res.token_ids[:5] == ar.token_ids[:5]  # bfloat16: exact only in float32, so the first tokens
+    assert res.stats.tau > 1.2  # the float32 drafter's proposals were accepted by the bfloat16 target

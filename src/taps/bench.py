@@ -26,7 +26,7 @@ from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
 from taps.costmodel import LatencyProfile, cpu_name, saved_profile
 from taps.linear import linear_in_use
 from taps.policies import POLICIES, configure_policy
-from taps.quantize import check_scheme, quantize_linears
+from taps.quantize import check_scheme, load_dtype, quantize_linears
 from taps.scorer import EdgeScorer
 from taps.target import Target
 from taps.verify import SamplingConfig
@@ -139,7 +139,8 @@ class Session:
     @property
     def assistant(self):
         if self._assistant is None:
-            assistant, tok = load_model(self.cfg.assistant, dtype=DTYPES[self.cfg.dtype])
+            dtype = load_dtype(self.cfg.drafter_quant, DTYPES[self.cfg.dtype])
+            assistant, tok = load_model(self.cfg.assistant, dtype=dtype)
             if tok.get_vocab() != self.target.tokenizer.get_vocab():
                 raise ValueError(f"the assistant {self.cfg.assistant} does not share the target's tokenizer")
             # the peer drafts in the same precision as taps' drafter: a fair comparison

@@ -163,7 +163,7 @@ def _add_policy_options(p) -> None:
                    help="latency profile JSON for cost-aware/taps (default: the one `taps profile` saved for "
                         "this target and dtype; without one they warn and use a stated default)")
     p.add_argument("--scorer", default=None, help="trained TAPS edge scorer folder (default: the drafter folder's scorer/, else plain marginals)")
-    _add_drafter_quant(p, "the drafter's linear layers in int8 (float32 targets): faster drafts, the same output (none)")
+    _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside any target dtype): faster drafts, the same output (none)")
     p.add_argument("--no-lookup", action="store_true", help="taps: no n-gram lookup candidates in the pool")
     # defaults None: taps.decode.DecodeConfig's (importing it here would slow every command's start)
     p.add_argument("--rollout-steps", type=int, default=None,

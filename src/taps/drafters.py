@@ -191,7 +191,7 @@ def make_drafter(name: str, target: Target, block_len: int | None = None, quanti
     model.safetensors) or grown (grown.json + adapters, taps.grown). `block_len` sets a test
     drafter's L; a trained drafter has its own. `quantize` (taps.quantize.SCHEMES) runs a
     trained drafter's linear layers in int8: faster drafts, the output unchanged."""
-    from taps.quantize import check_scheme, quantize_linears
+    from taps.quantize import check_scheme, load_dtype, quantize_linears
 
     if name in DRAFTERS:
         if check_scheme(quantize) != "none":
@@ -201,7 +201,10 @@ def make_drafter(name: str, target: Target, block_len: int | None = None, quanti
     from taps.dflash import load_drafter
     from taps.grown import is_grown_folder, load_grown
 
-    drafter = load_grown(name, target) if is_grown_folder(name) else load_drafter(name, target)
+    if is_grown_folder(name):  # reads token ids only: an int8 one loads in float32 beside any target
+        drafter = load_grown(name, target, load_dtype(quantize, target.dtype))
+    else:  # shares the target's embeddings and reads its features: the target's dtype
+        drafter = load_drafter(name, target)
     if block_len is not None and block_len != drafter.block_len:
         raise ValueError(f"the drafter in {name} proposes {drafter.block_len} positions, not {block_len}")
     drafter.model = quantize_linears(drafter.model, quantize)

@@ -158,12 +158,21 @@ class GrownDrafter:
 
     feature_layers: tuple[int, ...] = ()  # reads no target features: its own cache holds the context
 
-    def __init__(self, model: "PreTrainedModel", cfg: GrownConfig, target: Target, source: str = "the drafter"):
+    def __init__(
+        self,
+        model: "PreTrainedModel",
+        cfg: GrownConfig,
+        target: Target,
+        source: str = "the drafter",
+        dtype: torch.dtype | None = None,
+    ):
         rows = model.get_output_embeddings().weight.shape[0]
         if rows > target.vocab_size:
             raise ValueError(f"{source} predicts {rows} tokens but the target's vocabulary has {target.vocab_size}")
         check_mask_token(cfg, model, source)
-        self.model = model.to(target.dtype).eval()
+        # It reads token ids and returns probabilities, so its dtype may differ from the target's
+        # (`dtype`, default the target's: float32 for an int8 drafter beside a bfloat16 target).
+        self.model = model.to(dtype or target.dtype).eval()
         self.cfg = cfg
         self.block_len = cfg.block_size - 1
         self.vocab_size = target.vocab_size
@@ -247,8 +256,9 @@ def _check_trained_for(info: dict, target: Target, source: str) -> None:
         )
 
 
-def load_grown(folder: str | os.PathLike, target: Target) -> GrownDrafter:
-    """The base from `taps.assets.load_model` with the folder's adapters merged in, in the target's dtype."""
+def load_grown(folder: str | os.PathLike, target: Target, dtype: torch.dtype | None = None) -> GrownDrafter:
+    """The base from `taps.assets.load_model` with the folder's adapters merged in, in `dtype`
+    (default: the target's)."""
     from peft import PeftModel
 
     from taps.assets import load_model
@@ -257,4 +267,4 @@ def load_grown(folder: str | os.PathLike, target: Target) -> GrownDrafter:
     _check_trained_for(info, target, str(folder))
     base, _ = load_model(cfg.base, dtype=torch.float32)
     merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
-    return GrownDrafter(merged, cfg, target, str(folder))
+    return GrownDrafter(merged, cfg, target, str(folder), dtype)

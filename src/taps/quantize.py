@@ -30,6 +30,13 @@ def check_scheme(scheme: str) -> str:
     return scheme
 
 
+def load_dtype(scheme: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype to load a drafter or assistant in, before `quantize_linears(model, scheme)`, beside a
+    target in `dtype`: int8 kernels read float32 weights, so an int8 drafter loads in float32 whatever
+    the target's dtype (it only proposes tokens; the target verifies every one in its own)."""
+    return dtype if check_scheme(scheme) == "none" else torch.float32
+
+
 def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     """`model` with every linear layer in `scheme` (in place; "none" returns it untouched).
 
@@ -42,7 +49,7 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     params = list(model.parameters())
     if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in params):
         raise ValueError(f"{scheme} drafter quantization needs a float32 model on the CPU; "
-                         f"this one has {sorted({f'{p.dtype} on {p.device.type}' for p in params})} (use --dtype float32)")  # fmt: skip
+                         f"this one has {sorted({f'{p.dtype} on {p.device.type}' for p in params})} (a DFlash-layout drafter shares the target's dtype: use --dtype float32)")  # fmt: skip
     engines = torch.backends.quantized.supported_engines
     engine = next((e for e in ("x86", "fbgemm") if e in engines), None)
     if engine is None:
