@@ -241,3 +241,18 @@ def test_a_file_never_mixes_dtypes_or_drafter_precisions(harness, tmp_path):
     assert len(bench.read_records(out)) == n
     with pytest.raises(ValueError, match="unknown drafter quantization"):
         bench.BenchConfig(drafter="oracle", drafter_quant="int3")
+
+
+def test_categories_choose_within_the_sets_that_have_them(monkeypatch):
+    sets = {"humaneval": [Prompt("humaneval", "0", "coding", ("def f():",))],
+            "spec-bench": [Prompt("spec-bench", str(i), c, ("q",)) for i, c in enumerate(["translation", "qa", "translation"])]}  # fmt: skip
+    monkeypatch.setattr(bench, "load_prompts", lambda name, limit, path=None: sets[name][:limit])
+
+    def cfg(*categories):
+        return bench.BenchConfig(methods=("ar",), datasets=("humaneval", "spec-bench"), spec_bench="q.jsonl",
+                                 categories=categories, temperatures=(0.0,))  # fmt: skip
+
+    assert [p.id for p, *_ in bench.plan(cfg("translation"))] == ["0", "0", "2"]  # humaneval whole, 2 translations
+    assert len(bench.plan(cfg())) == 4
+    with pytest.raises(ValueError, match=r"in categories \['writing'\]"):
+        bench.plan(cfg("translation", "writing"))

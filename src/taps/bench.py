@@ -279,10 +279,20 @@ def append_record(path: Path, rec: dict) -> None:
         os.fsync(f.fileno())
 
 
+def _in_categories(prompts: list[Prompt], categories: tuple[str, ...]) -> list[Prompt]:
+    """A set's prompts in `categories`; a set with none of them (humaneval beside spec-bench's
+    translation) is kept whole: categories choose within the sets that have them."""
+    kept = [p for p in prompts if p.category in categories]
+    return kept or prompts
+
+
 def plan(cfg: BenchConfig) -> list[tuple[Prompt, float, str, int | None]]:
     """Every (prompt, temperature, method, budget) in run order: methods interleaved per prompt."""
-    prompts = [p for d in cfg.datasets for p in load_prompts(d, cfg.limit, cfg.spec_bench if d == "spec-bench" else None,
-                                                             cfg.categories or None)]  # fmt: skip
+    sets = [load_prompts(d, cfg.limit, cfg.spec_bench if d == "spec-bench" else None) for d in cfg.datasets]
+    prompts = [p for ps in sets for p in _in_categories(ps, cfg.categories)]
+    missing = set(cfg.categories) - {p.category for ps in sets for p in ps}
+    if missing:
+        raise ValueError(f"no prompts of {', '.join(cfg.datasets)} in categories {sorted(missing)}")
     runs = cfg.runs
     return [(prompt, temperature, method, budget) for prompt in prompts for temperature in cfg.temperatures
             for method, budget in runs]  # fmt: skip

@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
                    " at budget B only, e.g. ddtree:8,ddtree:64 (default ar,chain,ddtree,taps)")
     b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
     b.add_argument("--spec-bench", default=None, help="path of Spec-Bench's question.jsonl (dataset spec-bench)")
-    b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories (e.g. spec-bench's translation)")
+    b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories in the sets that have them (spec-bench's translation, mt-bench's writing); other sets run whole")
     b.add_argument("--turns", type=int, default=None, help="ask at most this many turns of multi-turn prompts (all)")
     b.add_argument("--limit", type=int, default=10, help="prompts per dataset, per category for spec-bench (10)")
     b.add_argument("--temperatures", type=_csv(float), default=(0.0,), help="comma-separated (0)")

@@ -78,16 +78,10 @@ DATASETS: dict[str, Callable[[int | None, str | None], list[Prompt]]] = {
 }
 
 
-def load_prompts(name: str, limit: int | None = None, path: str | None = None, categories=None) -> list[Prompt]:
-    """The first `limit` prompts of a set (per category for spec-bench), optionally filtered."""
+def load_prompts(name: str, limit: int | None = None, path: str | None = None) -> list[Prompt]:
+    """The first `limit` prompts of a set (per category for spec-bench)."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    prompts = DATASETS[name](limit, path)
-    if categories:
-        unknown = set(categories) - {p.category for p in prompts}
-        if unknown:
-            raise ValueError(f"no {name} prompts in categories {sorted(unknown)}")
-        prompts = [p for p in prompts if p.category in categories]
-    return prompts
+    return DATASETS[name](limit, path)
