@@ -13,7 +13,7 @@ from taps.drafters import make_drafter
 from taps.target import Target
 
 INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
-# verifying costs 1 s plus 0.01 s per node; a draft costs 1 s: copying saves half a round
+# verifying costs 1 s plus 0.01 s per node; drafts (observed below) cost 1 s: copying saves half a round
 PROFILE = LatencyProfile((0, 64), (1.0, 1.64), draft_seconds=1.0, info=INFO)
 REPEATING = [5, 17, 33, 2, 9, 41, 7, 5, 17, 33, 2, 9, 41, 7, 5, 17, 33, 2, 9]  # its tail recurs
 
@@ -33,10 +33,10 @@ def test_observe_compares_the_continuation_with_what_the_round_committed():
     assert (planner.first.hits, planner.first.trials) == (1, 1)
     assert (planner.next.hits, planner.next.trials) == (0.5, 1.5)  # a hit, then a miss after decaying it by half
     assert planner.drafted_rounds == 0  # a copy round says nothing about drafted rounds
-    planner.observe([8, 8], [1, 2], drafted_size=6)  # a miss at once: no evidence about later tokens
+    planner.observe([8, 8], [1, 2], drafted_size=6, draft_seconds=0.3)  # a miss at once: no evidence after it
     assert (planner.first.hits, planner.first.trials) == (0.5, 1.5)
     assert planner.next.trials == 1.5
-    assert (planner.drafted_rounds, planner.drafted_tokens, planner.drafted_nodes) == (1, 2, 6)
+    assert (planner.drafted_rounds, planner.drafted_tokens, planner.drafted_nodes, planner.drafted_seconds) == (1, 2, 6, 0.3)
 
 
 def test_the_continuation_is_the_longest_recent_one():
@@ -49,7 +49,7 @@ def test_copy_tree_only_when_modelled_faster_than_a_drafted_round():
     planner = CopyPlanner(PROFILE)
     path = [4, 5, 6, 7, 8, 9]
     assert planner.copy_tree(3, path, budget=8) is None  # no drafted round yet: nothing to compare
-    planner.observe([], [1, 2, 3, 4], drafted_size=4)  # drafted rounds commit 4 tokens in 1 + 1.04 s: ~2 tokens/s
+    planner.observe([], [1, 2, 3, 4], drafted_size=4, draft_seconds=1.0)  # 4 tokens in 1 + 1.04 s: ~2 tokens/s
     for _ in range(20):  # continuations that were right
         planner.observe([1, 2, 3, 4], [1, 2, 3, 4], drafted_size=None)
     tree = planner.copy_tree(3, path, budget=8)
@@ -61,17 +61,17 @@ def test_copy_tree_only_when_modelled_faster_than_a_drafted_round():
     assert planner.first.p < 0.2 and planner.copy_tree(3, path, budget=8) is None
 
 
-def test_copy_tree_reads_the_profile_at_the_rounds_context():
-    """A draft that is cheap after a short context and dear after a long one: the same evidence
-    drafts at the first and copies at the second."""
-    info = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(100, 1000),
-                       repeats=3, verify_by_context=((1.0, 1.64), (1.0, 1.64)), draft_by_context=(0.0, 3.0))  # fmt: skip
-    planner = CopyPlanner(LatencyProfile((0, 64), (1.0, 1.64), draft_seconds=1.5, info=info))
-    planner.observe([], [1, 2, 3], drafted_size=4)  # drafted rounds commit 3 tokens
+def test_copy_tree_weighs_the_drafting_time_rounds_really_took():
+    """The same evidence drafts while drafts are cheap and copies once they are dear (a rollout's
+    steps, a long context): the measured drafting time, not the profile's, decides."""
+    planner = CopyPlanner(PROFILE, decay=0.5)
+    planner.observe([], [1, 2, 3], drafted_size=4, draft_seconds=0.0)  # drafted rounds commit 3 tokens
     for _ in range(3):
         planner.observe([1, 2, 3, 4], [1, 2, 9], drafted_size=None)  # continuations right for 2 tokens
-    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8, context=100) is None  # 3 tokens per ~1.04 s beat copying
-    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8, context=1000) is not None  # not per ~4.04 s
+    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8) is None  # 3 tokens per ~1.04 s beat copying
+    for _ in range(10):
+        planner.observe([], [1, 2, 3], drafted_size=4, draft_seconds=3.0)
+    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8) is not None  # not per ~4.04 s
 
 
 def hf_greedy(model, prompt, n):

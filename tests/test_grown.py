@@ -12,6 +12,7 @@ from taps.decode import DecodeConfig, generate
 from taps.drafters import drafter_feature_layers, make_drafter
 from taps.quantize import quantized_layers
 from taps.grown import GrownConfig, GrownDrafter, add_adapters, block_layout, block_logits, read_grown
+from taps.policies import POLICIES
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, train_drafter
 
@@ -201,7 +202,7 @@ def test_rollout_methods_decode_losslessly(target, base):
     prompt = [5, 17, 33, 2]
     ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
                           max_new_tokens=40, pad_token_id=0)[0, 4:].tolist()
-    for method in ("chain-rollout", "taps-rollout"):
+    for method in [m for m, policy in POLICIES.items() if policy.rollout]:  # with and without copy rounds
         res = generate(tgt, prompt, DecodeConfig(method, budget=12, max_new_tokens=40, stop_ids=(), rollout_reach=0.0),
                        drafter)
         assert res.token_ids == ref, method

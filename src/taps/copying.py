@@ -11,7 +11,9 @@ lossless whatever is chosen.
 Whether a round copies is method.md 3.3's rule, expected tokens per second, applied to the two
 kinds of round with the latency profile: a copy round of n nodes commits 1 + sum of their reach
 probabilities in t_verify(n); a drafted round commits what drafted rounds have committed on
-average, in t_draft + t_verify(their mean size). A continuation's reach probabilities come
+average, in the drafting time they really took (measured: the block pass, and for rollout
+methods the rollout's steps, which no profile knows in advance) + t_verify(their mean size).
+A continuation's reach probabilities come
 from two acceptance rates, estimated online from every round that had a continuation (copied
 or not) by comparing it with the tokens the round committed, which are the target's own
 choices: P(its first token is right) and P(a token is right after a right one). The counts
@@ -50,13 +52,14 @@ class Rate:
 class CopyPlanner:
     """Per generation: decides each round whether to copy, and learns from what rounds commit."""
 
-    profile: LatencyProfile  # t_draft and t_verify(n) of this machine
+    profile: LatencyProfile  # t_verify(n) of this machine
     decay: float = 0.9  # weight of the past per observation (rates) or per drafted round (tokens)
     first: Rate = field(default_factory=Rate)  # P(a continuation's first token is committed)
     next: Rate = field(default_factory=Rate)  # P(its next token is committed | this one was)
-    drafted_rounds: float = 0.0  # decayed counts of drafted rounds, their committed tokens and tree nodes
-    drafted_tokens: float = 0.0
+    drafted_rounds: float = 0.0  # decayed counts of drafted rounds, their committed tokens, tree nodes
+    drafted_tokens: float = 0.0  # and drafting seconds (measured)
     drafted_nodes: float = 0.0
+    drafted_seconds: float = 0.0
 
     def __post_init__(self):
         if not 0.0 <= self.decay < 1.0:
@@ -83,14 +86,18 @@ class CopyPlanner:
             return None
         copy_rate = (1.0 + sum(reach[:n])) / profile.t_verify(n)
         mean_size = round(self.drafted_nodes / self.drafted_rounds)
-        draft_rate = (self.drafted_tokens / self.drafted_rounds) / (profile.draft_seconds + profile.t_verify(mean_size))
+        draft_seconds = self.drafted_seconds / self.drafted_rounds
+        draft_rate = (self.drafted_tokens / self.drafted_rounds) / (draft_seconds + profile.t_verify(mean_size))
         if copy_rate <= draft_rate:
             return None
         return Tree.from_lists([root, *path[:n]], list(range(-1, n)))
 
-    def observe(self, path: Sequence[int], committed: Sequence[int], drafted_size: int | None) -> None:
+    def observe(
+        self, path: Sequence[int], committed: Sequence[int], drafted_size: int | None, draft_seconds: float = 0.0
+    ) -> None:
         """After a round: `path` is the continuation the round had (empty: none), `committed` the
-        tokens it committed (accepted + bonus), `drafted_size` its tree's size if it drafted."""
+        tokens it committed (accepted + bonus), `drafted_size` its tree's size if it drafted and
+        `draft_seconds` how long its drafting took."""
         for i in range(min(len(path), len(committed))):
             hit = path[i] == committed[i]
             (self.first if i == 0 else self.next).update(hit, self.decay)
@@ -100,3 +107,4 @@ class CopyPlanner:
             self.drafted_rounds = self.drafted_rounds * self.decay + 1.0
             self.drafted_tokens = self.drafted_tokens * self.decay + len(committed)
             self.drafted_nodes = self.drafted_nodes * self.decay + drafted_size
+            self.drafted_seconds = self.drafted_seconds * self.decay + draft_seconds

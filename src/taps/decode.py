@@ -215,7 +215,7 @@ def generate(
                 done = True
                 break
         if copier is not None:
-            copier.observe(path, emitted[:committed], tree.n_draft if drafted else None)
+            copier.observe(path, emitted[:committed], tree.n_draft if drafted else None, t_draft)
         stats.copy_rounds += copy is not None
         t4 = clock()
         for stage, seconds in zip(STAGES, (t_draft, t2 - t0 - t_draft, t3 - t2, t4 - t3)):

@@ -382,5 +382,8 @@ register_variant("taps-copy", "taps", "TAPS with copy rounds: skip the drafter w
 register_variant("taps-rollout", "taps", "TAPS on drafts deepened by the drafter's greedy rollout: conditional rows "
                  "along its own path after the block pass, scored as they are (grown drafters; "
                  "DecodeConfig.rollout_steps/rollout_reach)", rollout=True, scorer=None)
+register_variant("taps-rollout-copy", "taps", "taps-rollout with copy rounds: an n-gram continuation verified alone "
+                 "when modelled faster than drafting and rolling out (taps.copying)", copy_rounds=True, rollout=True,
+                 scorer=None)
 register_variant("chain-rollout", "chain", "chain along the drafter's greedy rollout: autoregressive drafting with "
                  "the grown drafter's base, seeded by the block pass (grown drafters)", rollout=True)
