@@ -229,7 +229,7 @@ def test_spec_bench_answer_files_feed_its_speed_and_equal_scripts(tmp_path):
     assert [str(r["choices"][0]["turns"]) for r in ar] == [str(r["choices"][0]["turns"]) for r in chain]
 
 
-def test_a_file_never_mixes_dtypes_or_drafter_precisions(harness, tmp_path):
+def test_a_file_never_mixes_dtypes_drafter_precisions_or_machines(harness, tmp_path, monkeypatch):
     harness(FakeRunner())
     out = tmp_path / "r.jsonl"
     bench.run_bench(config(limit=1), out, progress=False)
@@ -238,6 +238,9 @@ def test_a_file_never_mixes_dtypes_or_drafter_precisions(harness, tmp_path):
         cfg = bench.BenchConfig(**{**config(limit=2).__dict__, **other})
         with pytest.raises(ValueError, match=f"holds runs with {next(iter(other))}"):
             bench.run_bench(cfg, out, progress=False)
+    monkeypatch.setattr(bench, "cpu_name", lambda: "Other CPU (avx2)")  # a later session on another machine
+    with pytest.raises(ValueError, match="holds runs with cpu .*this run has Other CPU"):
+        bench.run_bench(config(limit=2), out, progress=False)
     assert len(bench.read_records(out)) == n
     with pytest.raises(ValueError, match="unknown drafter quantization"):
         bench.BenchConfig(drafter="oracle", drafter_quant="int3")

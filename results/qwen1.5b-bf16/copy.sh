@@ -2,7 +2,7 @@
 # Copy rounds (taps-copy, taps-rollout-copy) against taps-rollout and transformers' prompt lookup
 # decoding, where answers repeat their prompt (HumanEval rewrites the function it is given,
 # summaries quote their article): same settings as bench.sh, its own file (copy.jsonl, its own ar).
-# Resumable: a rerun skips finished records.
+# Resumable: a rerun skips finished records (taps bench refuses to add another CPU's runs).
 set -e
 cd "$(dirname "$0")/../.."
 REV=be362e4
@@ -12,13 +12,6 @@ export PYTHONPATH=$PWD/$SRC/src
 export TAPS_LINEAR=onednn-packed
 OUT=results/qwen1.5b-bf16
 PROFILE=$OUT/profile-bfloat16-onednn-packed-draft-int8.json
-.venv/bin/python - "$PROFILE" <<'PY'
-import json, sys
-from taps.costmodel import cpu_name
-want = json.load(open(sys.argv[1]))["info"]["cpu"]
-if cpu_name() != want:
-    sys.exit(f"this CPU is {cpu_name()!r}, the records so far were measured on {want!r}: start a new file")
-PY
 M=ar,taps-copy:32,taps-rollout:64,taps-rollout-copy:64,prompt-lookup
 COMMON="--target qwen2.5-coder-1.5b --temperatures 0,1 --max-new-tokens 128 --dtype bfloat16 --drafter-quant int8
   --profile $PROFILE --methods $M --turns 1 --limit 5 --out $OUT/copy.jsonl"

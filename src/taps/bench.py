@@ -246,13 +246,14 @@ def read_records(path: Path) -> list[dict]:
 
 
 # env fields one results file must not mix (record keys do not hold them), with the value of records
-# written before the field existed
-SETUP_FIELDS = {"dtype": None, "drafter_quant": "none"}
+# written before the field existed (None: not compared). The machine is one of them: sessions do not
+# always get the same CPU, and a file's speedups compare runs of one machine only.
+SETUP_FIELDS = {"dtype": None, "drafter_quant": "none", "cpu": None, "linear": None}
 
 
 def check_same_setup(records: list[dict], env: dict, out: Path) -> None:
-    """Refuse to add runs of another dtype or drafter precision to a file: a rerun would take its
-    records as done, and the summaries would mix two setups."""
+    """Refuse to add runs of another dtype, drafter precision, CPU or linear kernel to a file: a
+    rerun would take its records as done, and the summaries would mix two setups."""
     for name, default in SETUP_FIELDS.items():
         seen = {r.get("env", {}).get(name, default) for r in records} - {None}
         if seen - {env[name]}:
