@@ -5,7 +5,7 @@
 # Resumable: a rerun skips finished records (taps bench refuses to add another CPU's runs).
 set -e
 cd "$(dirname "$0")/../.."
-REV=be362e4
+REV=395dd4f
 SRC=runs/bench-src-$REV
 [ -d $SRC ] || { mkdir -p $SRC.tmp && git archive $REV src | tar -x -C $SRC.tmp && mv $SRC.tmp $SRC; }
 export PYTHONPATH=$PWD/$SRC/src
