@@ -4,11 +4,7 @@
 # on Spec-Bench summarization. Same settings as bench.sh. Resumable (taps bench refuses another CPU).
 set -e
 cd "$(dirname "$0")/../.."
-REV=6815c4c
-SRC=runs/bench-src-$REV
-[ -d $SRC ] || { mkdir -p $SRC.tmp && git archive $REV src | tar -x -C $SRC.tmp && mv $SRC.tmp $SRC; }
-export PYTHONPATH=$PWD/$SRC/src
-export TAPS_LINEAR=onednn-packed
+. results/pinned.sh 6815c4c
 OUT=results/qwen1.5b-bf16
 COMMON="--target qwen2.5-coder-1.5b --temperatures 0,1 --max-new-tokens 128 --dtype bfloat16 --drafter-quant int8
   --profile $OUT/profile-bfloat16-onednn-packed-draft-int8.json --turns 1 --limit 10 --out $OUT/ablations.jsonl"

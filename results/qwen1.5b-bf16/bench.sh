@@ -6,12 +6,7 @@
 # Resumable: a rerun skips finished records. It first fills 5 prompts of every set, then 10.
 set -e
 cd "$(dirname "$0")/../.."
-# the code of one commit, unpacked once under runs/ (ignored by git), so development can go on
-REV=a164e01
-SRC=runs/bench-src-$REV
-[ -d $SRC ] || { mkdir -p $SRC.tmp && git archive $REV src | tar -x -C $SRC.tmp && mv $SRC.tmp $SRC; }
-export PYTHONPATH=$PWD/$SRC/src
-export TAPS_LINEAR=onednn-packed
+. results/pinned.sh a164e01
 OUT=results/qwen1.5b-bf16
 PROFILE=$OUT/profile-bfloat16-onednn-packed-draft-int8.json
 # one file, one machine: refuse to add records measured on another CPU than the profile's

@@ -5,11 +5,7 @@
 # Resumable: a rerun skips finished records (taps bench refuses to add another CPU's runs).
 set -e
 cd "$(dirname "$0")/../.."
-REV=395dd4f
-SRC=runs/bench-src-$REV
-[ -d $SRC ] || { mkdir -p $SRC.tmp && git archive $REV src | tar -x -C $SRC.tmp && mv $SRC.tmp $SRC; }
-export PYTHONPATH=$PWD/$SRC/src
-export TAPS_LINEAR=onednn-packed
+. results/pinned.sh 395dd4f
 OUT=results/qwen1.5b-bf16
 PROFILE=$OUT/profile-bfloat16-onednn-packed-draft-int8.json
 M=ar,taps-copy:32,taps-rollout:64,taps-rollout-copy:64,prompt-lookup
