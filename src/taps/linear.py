@@ -97,8 +97,7 @@ def _inference(layer: nn.Linear, x: torch.Tensor) -> bool:
 def linear_in_use(dtype: str) -> str:
     """The kernel a model loaded in `dtype` (e.g. "bfloat16") really runs: oneDNN serves float32, and
     bfloat16 only on CPUs with native bfloat16 kernels."""
-    served = dtype == "float32" or (dtype == "bfloat16" and bf16_native())
-    return current_linear() if served else "torch"
+    return current_linear() if getattr(torch, dtype, None) in _served_dtypes() else "torch"
 
 
 class OneDNNLinear(nn.Linear):
