@@ -6,8 +6,9 @@ import statistics
 
 import pytest
 
-from taps.report import (complete_only, head_to_head, markdown_table, pooled_rows, same_size_tau, stage_shares, tau_at_size,
-                         write_report)
+from taps.bench import summarize
+from taps.report import (complete_only, head_to_head, markdown_table, pooled_rows, rival_matrix, same_size_tau,
+                         speedup_matrix, stage_shares, tau_at_size, write_report)
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -79,8 +80,8 @@ def synthetic_records(seed=0):
 
 
 def parse_table(markdown):
-    """The first table's rows (the summary) as dicts keyed by header (cells kept as the text written)."""
-    after = markdown.splitlines()
+    """The full summary table's rows as dicts keyed by header (cells kept as the text written)."""
+    after = markdown.split("## Every method")[-1].splitlines()
     start = next(i for i, line in enumerate(after) if line.startswith("|"))
     lines = list(itertools.takewhile(lambda line: line.startswith("|"), after[start:]))
     header = [c.strip() for c in lines[0].strip("|").split("|")]
@@ -291,3 +292,36 @@ def test_learning_curves_of_two_drafter_kinds(tmp_path):
     assert plot_learning_curves({"dflash": (log, 200.0), "grown": (log[:2], 500.0)}, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not plot_learning_curves({"x": ([{"step": 1, "train_loss": 2.0}], 200.0)}, tmp_path / "none.png")
+
+
+def matrix_cells(markdown):
+    """A matrix table's cells keyed by (row label, column header)."""
+    lines = markdown.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = {}
+    for line in lines[2:]:
+        row = [c.strip() for c in line.strip("|").split("|")]
+        cells.update({(row[0], h): c for h, c in zip(header[1:], row[1:])})
+    return cells
+
+
+def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_rows():
+    records = synthetic_records()
+    records += [{**r, "method": "taps"} for r in records if (r["method"], r["budget"]) == ("ddtree", 16)]
+    cells = matrix_cells(speedup_matrix(records))
+    for x in summarize(records):
+        column = f"{x['dataset'].split('/')[-1]} T={x['temperature']:g}"
+        if x["method"] == "ar":
+            assert cells["ar (tokens/s)", column] == f"{x['tokens_per_second']:.2f}"
+        elif x["tau"] is None:
+            assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x"
+        else:
+            assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x ({x['tau']:.1f})"
+    assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summarize(records)})
+    rivals = matrix_cells(rival_matrix(records))
+    rows = head_to_head(records)
+    assert len(rivals) == len(rows) and {r["rival"] for r in rows} == {"hf-assisted", "ddtree"}
+    for r in rows:
+        column = f"{r['dataset'].split('/')[-1]} T={r['temperature']:g}"
+        suffix = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
+        assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{suffix}"

@@ -298,11 +298,76 @@ def _plots(records: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]
     }  # fmt: skip
 
 
+def _label(method: str, budget: int | None) -> str:
+    return method if budget is None else f"{method}:{budget}"
+
+
+def _matrix(row_keys: list, columns: list[tuple], cell: Callable[[tuple, tuple], str | None], first: str) -> str:
+    """A markdown table with a row per key (labelled by its first element) and a column per
+    (dataset label, temperature); `-` where `cell` has nothing."""
+    header = [first, *(f"{dataset.split('/')[-1]} T={t:g}" for dataset, t in columns)]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * len(columns)]
+    for key in row_keys:
+        lines.append("| " + " | ".join([key[0], *(cell(key, c) or "-" for c in columns)]) + " |")
+    return "\n".join(lines)
+
+
+def speedup_matrix(records: list[dict]) -> str:
+    """The headline in one table: a row per method and budget, a column per (dataset, temperature),
+    each cell the speedup vs ar with tau in brackets; ar's row gives its tokens/s."""
+    summary = summarize(records)
+    cells = {(x["method"], x["budget"], x["dataset"], x["temperature"]): x for x in summary}
+
+    def cell(key, column):
+        x = cells.get((key[1], key[2], *column))
+        if x is None or x["tokens_per_second"] is None:
+            return None
+        if key[1] == "ar":
+            return f"{x['tokens_per_second']:.2f}"
+        if x["speedup_vs_ar"] is None:
+            return None
+        return f"{x['speedup_vs_ar']:.2f}x" + ("" if x["tau"] is None else f" ({x['tau']:.1f})")
+
+    keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in _distinct((x["method"], x["budget"]) for x in summary)]
+    return _matrix(keys, _distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
+
+
+def _taps_rival_rows(records: list[dict]) -> list[dict]:
+    """`head_to_head` rows of taps and each of its variants present (taps-rollout, the ablations, ...)."""
+    present = dict.fromkeys(r["method"] for r in records)  # first-seen order: the --methods order
+    return [row for m in present if m == "taps" or m.startswith("taps-") for row in head_to_head(records, m)]
+
+
+def rival_matrix(records: list[dict]) -> str:
+    """The head-to-head rows as one table: a row per (taps method, rival), a column per (dataset,
+    temperature), each cell the paired speedup over the rival (the ddtree rival's budget in brackets)."""
+    rows = _taps_rival_rows(records)
+    cells = {(r["method"], r["budget"], r["rival"], r["dataset"], r["temperature"]): r for r in rows}
+
+    def cell(key, column):
+        r = cells.get((*key[1:], *column))
+        if r is None or r["speedup_vs_rival"] is None:
+            return None
+        return f"{r['speedup_vs_rival']:.2f}x" + ("" if r["rival_budget"] is None else f" (:{r['rival_budget']})")
+
+    keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in _distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
+    return _matrix(keys, _distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
+
+
+def matrix_section(records: list[dict]) -> list[str]:
+    """The report's headline: `speedup_matrix`, then `rival_matrix` when taps met a rival."""
+    lines = ["## Speedup over ar at a glance", "", speedup_matrix(records), "",
+             "- cells: speedup vs ar (tau in brackets); the full table below has every number.", ""]
+    if _taps_rival_rows(records):
+        lines += ["Paired median ratio of tokens/s on the same prompts (ddtree: its best budget on that set):", "",
+                  rival_matrix(records), ""]
+    return lines
+
+
 def head_to_head_section(records: list[dict]) -> list[str]:
     """The report's lines comparing taps and each of its variants present (taps-rollout, the
     ablations, ...) with their rivals; none when no taps method or every rival is absent."""
-    present = dict.fromkeys(r["method"] for r in records)  # first-seen order: the --methods order
-    rows = [row for m in present if m == "taps" or m.startswith("taps-") for row in head_to_head(records, m)]
+    rows = _taps_rival_rows(records)
     if not rows:
         return []
     return [
@@ -353,6 +418,9 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         f"{len(records)} records.",
         "",
         *environment_lines(records),
+        "",
+        *matrix_section(records),
+        "## Every method, dataset and temperature",
         "",
         markdown_table(summarize(records)),
         "",
