@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from taps.copying import CopyPlanner, Rate
+from taps.copying import Continuation, CopyPlanner, Rate
 from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import make_drafter
@@ -29,49 +29,56 @@ def test_rate_starts_at_one_half_and_forgets_the_past():
 
 def test_observe_compares_the_continuation_with_what_the_round_committed():
     planner = CopyPlanner(PROFILE, decay=0.5)
-    planner.observe([1, 2, 3, 4], [1, 2, 9], drafted_size=None)  # first right, second right, third wrong
-    assert (planner.first.hits, planner.first.trials) == (1, 1)
-    assert (planner.next.hits, planner.next.trials) == (0.5, 1.5)  # a hit, then a miss after decaying it by half
+    three = planner.rates[3]
+    planner.observe(Continuation([1, 2, 3, 4], 3), [1, 2, 9], drafted_size=None)  # right, right, wrong
+    assert (three.first.hits, three.first.trials) == (1, 1)
+    assert (three.next.hits, three.next.trials) == (0.5, 1.5)  # a hit, then a miss after decaying it by half
     assert planner.drafted_rounds == 0  # a copy round says nothing about drafted rounds
-    planner.observe([8, 8], [1, 2], drafted_size=6, draft_seconds=0.3)  # a miss at once: no evidence after it
-    assert (planner.first.hits, planner.first.trials) == (0.5, 1.5)
-    assert planner.next.trials == 1.5
+    planner.observe(Continuation([8, 8], 3), [1, 2], drafted_size=6, draft_seconds=0.3)  # a miss at once: no evidence after it
+    assert (three.first.hits, three.first.trials) == (0.5, 1.5)
+    assert three.next.trials == 1.5
     assert (planner.drafted_rounds, planner.drafted_tokens, planner.drafted_nodes, planner.drafted_seconds) == (1, 2, 6, 0.3)
+    planner.observe(Continuation([5], 1), [7], drafted_size=None)  # each match length keeps its own rates
+    assert planner.rates[1].first.trials == 1 and three.first.trials == 1.5
 
 
-def test_the_continuation_is_the_longest_recent_one():
-    assert CopyPlanner.continuation([1, 2, 3, 4, 5, 1, 2, 3, 9, 1, 2, 3]) == [4, 5, 1, 2, 3, 9, 1, 2, 3]
-    assert CopyPlanner.continuation([7, 7, 7, 7, 7, 7]) == [7, 7, 7]  # a repeating run: not the 1-token latest
-    assert CopyPlanner.continuation([1, 2, 3]) == []
+def test_the_continuation_is_the_longest_recent_one_of_the_longest_match():
+    assert CopyPlanner.continuation([1, 2, 3, 4, 5, 1, 2, 3, 9, 1, 2, 3]) == Continuation([4, 5, 1, 2, 3, 9, 1, 2, 3], 3)
+    assert CopyPlanner.continuation([7, 7, 7, 7, 7, 7]).tokens == [7, 7, 7]  # a repeating run: not the 1-token latest
+    assert CopyPlanner.continuation([1, 2, 3, 4, 5, 9, 2, 3]) == Continuation([4, 5, 9, 2, 3], 2)  # no 3-token match
+    assert CopyPlanner.continuation([1, 2, 3, 7, 8, 3]) == Continuation([7, 8, 3], 1)
+    assert CopyPlanner.continuation([1, 2, 3]) == Continuation([])
 
 
 def test_copy_tree_only_when_modelled_faster_than_a_drafted_round():
     planner = CopyPlanner(PROFILE)
-    path = [4, 5, 6, 7, 8, 9]
+    path = Continuation([4, 5, 6, 7, 8, 9], 3)
     assert planner.copy_tree(3, path, budget=8) is None  # no drafted round yet: nothing to compare
-    planner.observe([], [1, 2, 3, 4], drafted_size=4, draft_seconds=1.0)  # 4 tokens in 1 + 1.04 s: ~2 tokens/s
+    planner.observe(Continuation([]), [1, 2, 3, 4], drafted_size=4, draft_seconds=1.0)  # 4 tokens in 1 + 1.04 s: ~2 tokens/s
     for _ in range(20):  # continuations that were right
-        planner.observe([1, 2, 3, 4], [1, 2, 3, 4], drafted_size=None)
+        planner.observe(Continuation([1, 2, 3, 4], 3), [1, 2, 3, 4], drafted_size=None)
     tree = planner.copy_tree(3, path, budget=8)
-    assert tree.tokens.tolist() == [3, *path] and tree.parents.tolist() == list(range(-1, len(path)))
+    assert tree.tokens.tolist() == [3, *path.tokens] and tree.parents.tolist() == list(range(-1, len(path.tokens)))
     assert planner.copy_tree(3, path, budget=2).tokens.tolist() == [3, 4, 5]  # the budget caps it
-    assert planner.copy_tree(3, [], budget=8) is None
+    assert planner.copy_tree(3, Continuation([]), budget=8) is None
+    assert planner.copy_tree(3, Continuation(path.tokens, 1), budget=8) is None  # 1-token matches: no evidence yet
     for _ in range(20):  # continuations whose first token was wrong: a copy round would commit ~1 token in 1.06 s
-        planner.observe([1, 2], [9, 9], drafted_size=None)
-    assert planner.first.p < 0.2 and planner.copy_tree(3, path, budget=8) is None
+        planner.observe(Continuation([1, 2], 3), [9, 9], drafted_size=None)
+    assert planner.rates[3].first.p < 0.2 and planner.copy_tree(3, path, budget=8) is None
 
 
 def test_copy_tree_weighs_the_drafting_time_rounds_really_took():
     """The same evidence drafts while drafts are cheap and copies once they are dear (a rollout's
     steps, a long context): the measured drafting time, not the profile's, decides."""
     planner = CopyPlanner(PROFILE, decay=0.5)
-    planner.observe([], [1, 2, 3], drafted_size=4, draft_seconds=0.0)  # drafted rounds commit 3 tokens
+    planner.observe(Continuation([]), [1, 2, 3], drafted_size=4, draft_seconds=0.0)  # drafted rounds commit 3 tokens
     for _ in range(3):
-        planner.observe([1, 2, 3, 4], [1, 2, 9], drafted_size=None)  # continuations right for 2 tokens
-    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8) is None  # 3 tokens per ~1.04 s beat copying
+        planner.observe(Continuation([1, 2, 3, 4], 3), [1, 2, 9], drafted_size=None)  # continuations right for 2 tokens
+    path = Continuation([4, 5, 6, 7], 3)
+    assert planner.copy_tree(3, path, budget=8) is None  # 3 tokens per ~1.04 s beat copying
     for _ in range(10):
-        planner.observe([], [1, 2, 3], drafted_size=4, draft_seconds=3.0)
-    assert planner.copy_tree(3, [4, 5, 6, 7], budget=8) is not None  # not per ~4.04 s
+        planner.observe(Continuation([]), [1, 2, 3], drafted_size=4, draft_seconds=3.0)
+    assert planner.copy_tree(3, path, budget=8) is not None  # not per ~4.04 s
 
 
 def hf_greedy(model, prompt, n):

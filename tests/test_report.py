@@ -7,8 +7,8 @@ import statistics
 import pytest
 
 from taps.bench import summarize
-from taps.report import (complete_only, head_to_head, markdown_table, pooled_rows, rival_matrix, same_size_tau,
-                         speedup_matrix, stage_shares, tau_at_size, write_report)
+from taps.report import (complete_only, head_to_head, markdown_table, pooled_rows, rival_matrix, round_costs,
+                         same_size_tau, speedup_matrix, stage_shares, tau_at_size, write_report)
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -231,7 +231,7 @@ def test_same_size_tau_reads_ddtree_at_each_methods_mean_tree_size(tmp_path):
     assert rows["chain"]["reference_tau"] is None
     text = write_report(records, tmp_path).read_text()
     assert "| humaneval | 0.0 | taps | 32 | 8.0 | 2.50 | 2.50 | 1.000 |" in text
-    assert "| chain | 2 |" not in text.split("## tau against ddtree")[1]
+    assert "| chain | 2 |" not in text.split("## tau against ddtree")[1].split("\n## ")[0]
 
 
 def test_complete_only_drops_prompts_some_method_has_not_finished():
@@ -325,3 +325,19 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
         column = f"{r['dataset'].split('/')[-1]} T={r['temperature']:g}"
         suffix = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
         assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{suffix}"
+
+
+def test_round_costs_are_stage_seconds_per_round_over_one_ar_round(tmp_path):
+    # ar: 10 rounds, 1 s verifying (0.1 s a forward); chain:7: 5 rounds, 0.25 s drafting, 1 s verifying
+    ar = make_record("humaneval", "HumanEval/0", "ar", None, 0.0, [[1] * 10], accepted=[[0] * 10])
+    chain = make_record("humaneval", "HumanEval/0", "chain", 7, 0.0, [[1] * 10], accepted=[[1] * 5])
+    ar["stage_seconds"] = {"draft": 0.0, "verify": 1.0, "prefill": 0.3}
+    chain["stage_seconds"] = {"draft": 0.25, "verify": 1.0, "prefill": 0.3}
+    peer = make_record("humaneval", "HumanEval/0", "hf-assisted", None, 0.0, [[1] * 10])
+    rows = {r["method"]: r for r in round_costs([ar, chain, peer])}
+    assert rows.keys() == {"ar", "chain"}
+    assert rows["chain"]["draft_ms"] == pytest.approx(50.0) and rows["chain"]["verify_ms"] == pytest.approx(200.0)
+    assert rows["chain"]["draft_vs_forward"] == pytest.approx(0.5) and rows["chain"]["verify_vs_forward"] == pytest.approx(2.0)
+    assert rows["ar"]["verify_vs_forward"] == pytest.approx(1.0)
+    text = write_report([ar, chain, peer], tmp_path).read_text()
+    assert "| humaneval | 0.0 | chain | 7 | 5 | 50.0 | 200.0 | 0.50 | 2.00 |" in text

@@ -86,6 +86,26 @@ def test_anchors_are_distinct_sorted_and_leave_a_label():
         assert torch.equal(a, a.sort().values) and a.min() >= 0 and a.max() <= seq_len - 2
 
 
+def test_anchors_from_a_first_position_stay_at_or_after_it():
+    gen = torch.Generator().manual_seed(0)
+    for seq_len, n, first in [(10, 4, 8), (50, 200, 20), (50, 5, 0)]:
+        a = sample_anchors(seq_len, n, gen, first)
+        assert len(a) == min(n, seq_len - 1 - first) and len(set(a.tolist())) == len(a)
+        assert a.min() >= first and a.max() <= seq_len - 2
+
+
+def test_answer_anchors_start_at_the_first_answer_token(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"ids": [1, 2, 3, 4, 5, 6], "n_prompt": 3}\n{"ids": [7, 8, 9]}\n')
+    answer = load_sequences(path, 96, 64, "answer")
+    assert [(s.ids, s.first_anchor) for s in answer] == [([1, 2, 3, 4, 5, 6], 3), ([7, 8, 9], 0)]  # raw text: anywhere
+    assert [s.first_anchor for s in load_sequences(path, 96, 64, "all")] == [0, 0]
+    with pytest.raises(ValueError, match="no answer token is left to draft within max_seq_len=4"):
+        load_sequences(path, 96, 4, "answer")  # the cut leaves [1, 2, 3, 4]: no answer token with a label
+    with pytest.raises(ValueError, match="anchor_region must be one of answer, all"):
+        TrainDrafterConfig("t", "d", "o", mask_token_id=1, anchor_region="prompt")
+
+
 @pytest.mark.parametrize("draft_vocab", [None, tuple(range(0, 96, 2))])
 def test_one_pass_training_forward_equals_inference(model, sequences, draft_vocab):
     """Block i of the one-pass training forward gives exactly the marginals the drafter produces
@@ -209,6 +229,6 @@ def test_bad_data_gives_clear_errors(tmp_path):
         path = tmp_path / f"{i}.jsonl"
         path.write_text(text)
         with pytest.raises(ValueError, match=rf"{i}.jsonl:\d"):
-            load_sequences(path, 96, 64)
+            load_sequences(path, 96, 64, "answer")
     with pytest.raises(ValueError, match="mask_token_id"):
         TrainDrafterConfig("t", "d", "o", mask_token_id=None)

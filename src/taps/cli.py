@@ -246,6 +246,7 @@ TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every 
     "target_layer_ids": "comma-separated target layers read (default: one per drafter layer, spread from 1 to L-3)",
     "draft_vocab_size": "score only the N most frequent tokens of the training data (default: all)",
     "anchors_per_sequence": "blocks per sequence per step (published: up to 512)",
+    "anchor_region": "answer: blocks start only in a record's answer (after its n_prompt tokens), as at inference; all: anywhere",
     "max_seq_len": "longer sequences are cut to their first N tokens",
     "sequences_per_step": "sequences whose gradients add up before one optimizer step",
     "epochs": "passes over the training sequences (published: 6)",
@@ -325,7 +326,7 @@ def _add_gen_data(sub) -> None:
 def _add_train_drafter(sub) -> None:
     import dataclasses
 
-    from taps.train.drafter import KINDS, TrainDrafterConfig
+    from taps.train.drafter import ANCHOR_REGIONS, KINDS, TrainDrafterConfig
 
     t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target on JSONL data")
     t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
@@ -347,7 +348,8 @@ def _add_train_drafter(sub) -> None:
             continue
         kind = {"int": int, "float": float, "str": str, "int | None": optional_int, "float | None": optional_float,
                 "tuple[int, ...] | None": _csv(int), "str | None": str}[str(f.type)]
-        extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)}}.get(f.name, {})
+        extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)},
+                 "anchor_region": {"choices": list(ANCHOR_REGIONS)}}.get(f.name, {})
         text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
         t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
     t.set_defaults(func=_train_drafter)

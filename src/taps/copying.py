@@ -13,11 +13,15 @@ kinds of round with the latency profile: a copy round of n nodes commits 1 + sum
 probabilities in t_verify(n); a drafted round commits what drafted rounds have committed on
 average, in the drafting time they really took (measured: the block pass, and for rollout
 methods the rollout's steps, which no profile knows in advance) + t_verify(their mean size).
-A continuation's reach probabilities come
-from two acceptance rates, estimated online from every round that had a continuation (copied
-or not) by comparing it with the tokens the round committed, which are the target's own
-choices: P(its first token is right) and P(a token is right after a right one). The counts
-decay exponentially, so the estimates follow the text as copying starts and stops.
+A continuation is found by the
+context's last 3 tokens, else its last 2, else its last token (as prompt lookup decoding falls
+back from 2 to 1): summaries quote their source in short runs that a 3-token match misses. Its
+reach probabilities come from two acceptance rates per match length, estimated online from
+every round that had a continuation (copied or not) by comparing it with the tokens the round
+committed, which are the target's own choices: P(its first token is right) and P(a token is
+right after a right one). A 1-token match is weaker evidence than a 3-token one, and its own
+rates say how much weaker on this text. The counts decay exponentially, so the estimates
+follow the text as copying starts and stops.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from taps.lookup import ngram_continuations
 from taps.tree import Tree
 
 COPY_MAX_LEN = 16  # the longest continuation a copy round verifies (prompt lookup decoding uses 10)
+MATCH_LENGTHS = (3, 2, 1)  # context tokens a continuation is found by, tried in this order
 
 
 @dataclass
@@ -49,13 +54,26 @@ class Rate:
 
 
 @dataclass
+class MatchRates:
+    """How the continuations found by one match length fare."""
+
+    first: Rate = field(default_factory=Rate)  # P(a continuation's first token is committed)
+    next: Rate = field(default_factory=Rate)  # P(its next token is committed | this one was)
+
+
+@dataclass(frozen=True)
+class Continuation:
+    tokens: list[int]  # what followed an earlier occurrence of the context's last `match` tokens (empty: none)
+    match: int = 0  # that match length, one of MATCH_LENGTHS (0: none found)
+
+
+@dataclass
 class CopyPlanner:
     """Per generation: decides each round whether to copy, and learns from what rounds commit."""
 
     profile: LatencyProfile  # t_verify(n) of this machine
     decay: float = 0.9  # weight of the past per observation (rates) or per drafted round (tokens)
-    first: Rate = field(default_factory=Rate)  # P(a continuation's first token is committed)
-    next: Rate = field(default_factory=Rate)  # P(its next token is committed | this one was)
+    rates: dict[int, MatchRates] = field(default_factory=lambda: {n: MatchRates() for n in MATCH_LENGTHS})
     drafted_rounds: float = 0.0  # decayed counts of drafted rounds, their committed tokens, tree nodes
     drafted_tokens: float = 0.0  # and drafting seconds (measured)
     drafted_nodes: float = 0.0
@@ -66,21 +84,25 @@ class CopyPlanner:
             raise ValueError(f"decay must be in [0, 1), got {self.decay}")
 
     @staticmethod
-    def continuation(ids: Sequence[int]) -> list[int]:
-        """The longest of the 4 most recent continuations of the context's last 3 tokens, the most
-        recent on ties (empty when none). Longest, because in a repeating run the most recent
-        occurrence is cut short by the end of the text."""
-        paths = ngram_continuations(ids, max_len=COPY_MAX_LEN, max_paths=4)
-        return max(paths, key=len, default=[])
+    def continuation(ids: Sequence[int]) -> Continuation:
+        """For the longest match length in MATCH_LENGTHS that has one: the longest of the 4 most
+        recent continuations of the context's last tokens, the most recent on ties. Longest,
+        because in a repeating run the most recent occurrence is cut short by the end of the text."""
+        for n in MATCH_LENGTHS:
+            paths = ngram_continuations(ids, n=n, max_len=COPY_MAX_LEN, max_paths=4)
+            if paths:
+                return Continuation(max(paths, key=len), n)
+        return Continuation([])
 
-    def copy_tree(self, root: int, path: Sequence[int], budget: int, context: int | None = None) -> Tree | None:
+    def copy_tree(self, root: int, path: Continuation, budget: int, context: int | None = None) -> Tree | None:
         """The copy round's tree (root + a prefix of `path`) when it is modelled faster than a
         drafted round, else None. Before any drafted round there is nothing to compare: None.
         `context` (cached tokens before the root) reads the profile at that length."""
-        if not path or self.drafted_rounds == 0.0:
+        if not path.tokens or self.drafted_rounds == 0.0:
             return None
         profile = self.profile.at_context(context)
-        reach = [self.first.p * self.next.p**i for i in range(min(len(path), budget))]  # [n] q_reach of each node
+        rates = self.rates[path.match]
+        reach = [rates.first.p * rates.next.p**i for i in range(min(len(path.tokens), budget))]  # [n] q_reach of each node
         n = profile.best_size(reach, draft_seconds=0.0)
         if n == 0:
             return None
@@ -90,17 +112,19 @@ class CopyPlanner:
         draft_rate = (self.drafted_tokens / self.drafted_rounds) / (draft_seconds + profile.t_verify(mean_size))
         if copy_rate <= draft_rate:
             return None
-        return Tree.from_lists([root, *path[:n]], list(range(-1, n)))
+        return Tree.from_lists([root, *path.tokens[:n]], list(range(-1, n)))
 
     def observe(
-        self, path: Sequence[int], committed: Sequence[int], drafted_size: int | None, draft_seconds: float = 0.0
+        self, path: Continuation, committed: Sequence[int], drafted_size: int | None, draft_seconds: float = 0.0
     ) -> None:
-        """After a round: `path` is the continuation the round had (empty: none), `committed` the
-        tokens it committed (accepted + bonus), `drafted_size` its tree's size if it drafted and
-        `draft_seconds` how long its drafting took."""
-        for i in range(min(len(path), len(committed))):
-            hit = path[i] == committed[i]
-            (self.first if i == 0 else self.next).update(hit, self.decay)
+        """After a round: `path` is the continuation the round had (its tokens empty: none),
+        `committed` the tokens it committed (accepted + bonus), `drafted_size` its tree's size if
+        it drafted and `draft_seconds` how long its drafting took."""
+        tokens = path.tokens
+        for i in range(min(len(tokens), len(committed))):
+            hit = tokens[i] == committed[i]
+            rates = self.rates[path.match]
+            (rates.first if i == 0 else rates.next).update(hit, self.decay)
             if not hit:
                 break  # past the first miss the continuation was not reachable: no evidence
         if drafted_size is not None:

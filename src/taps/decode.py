@@ -178,7 +178,7 @@ def generate(
             break
         t0 = clock()
         tree, drafted, t_draft = Tree.root_only(ids[-1]), False, 0.0
-        path = copier.continuation(ids) if copier is not None else []
+        path = copier.continuation(ids) if copier is not None else None
         copy = copier.copy_tree(ids[-1], path, min(cfg.budget, remaining - 1), len(ids) - 1) if copier is not None else None
         if copy is not None:
             tree = copy

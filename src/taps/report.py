@@ -267,6 +267,65 @@ def stage_shares(records: list[dict]) -> tuple[list[str], list[str], np.ndarray]
     return list(groups), [*stages, "other"], shares
 
 
+ROUND_COST_COLUMNS = (
+    ("dataset", "dataset", "s"),
+    ("temperature", "T", ".1f"),
+    ("method", "method", "s"),
+    ("budget", "budget", "d"),
+    ("rounds", "rounds", "d"),
+    ("draft_ms", "draft ms/round", ".1f"),
+    ("verify_ms", "verify ms/round", ".1f"),
+    ("draft_vs_forward", "draft / ar round", ".2f"),
+    ("verify_vs_forward", "verify / ar round", ".2f"),
+)
+
+
+def round_costs(records: list[dict]) -> list[dict]:
+    """Per (dataset, temperature, method, budget): drafting and verification seconds per round
+    (stage seconds summed over prompts, over their rounds summed; prefill is a stage of its own),
+    and each as a fraction of one `ar` round of the same set and temperature, i.e. one target
+    forward over one token: the cost side of a speedup, which is tau over the round's cost in ar
+    rounds. Records without rounds or stage times (peers) are left out."""
+    sums: dict[tuple, list] = {}  # (dataset label, T, method, budget) -> [draft s, verify s, rounds]
+    for r in records:
+        if r["rounds"] and r["stage_seconds"]:
+            s = sums.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), [0.0, 0.0, 0])
+            s[0] += r["stage_seconds"].get("draft", 0.0)
+            s[1] += r["stage_seconds"].get("verify", 0.0)
+            s[2] += sum(r["rounds"])
+    rows = []
+    for x in summarize(records):  # summarize's row order
+        key = (x["dataset"], x["temperature"], x["method"], x["budget"])
+        if key not in sums or not sums[key][2]:
+            continue
+        draft, verify, rounds = sums[key]
+        ar = sums.get((x["dataset"], x["temperature"], "ar", None))
+        forward = ar[1] / ar[2] if ar and ar[2] and ar[1] > 0 else None  # seconds of one ar round
+        rows.append({
+            "dataset": x["dataset"], "temperature": x["temperature"], "method": x["method"], "budget": x["budget"],
+            "rounds": rounds, "draft_ms": 1e3 * draft / rounds, "verify_ms": 1e3 * verify / rounds,
+            "draft_vs_forward": None if forward is None else draft / rounds / forward,
+            "verify_vs_forward": None if forward is None else verify / rounds / forward,
+        })  # fmt: skip
+    return rows
+
+
+def round_cost_section(records: list[dict]) -> list[str]:
+    """The report's lines on what a round costs; none without timed rounds."""
+    rows = round_costs(records)
+    if not rows:
+        return []
+    return [
+        "## Cost per round",
+        "",
+        markdown_table(rows, ROUND_COST_COLUMNS),
+        "",
+        "- draft / verify ms per round: the stage's seconds over all prompts divided by their rounds; "
+        "/ ar round: as a fraction of one plain decoding round (one target forward over one token) on the same set.",
+        "",
+    ]
+
+
 def plot_stage_split(records: list[dict], path: Path) -> bool:
     """Stacked bars: the share of wall time spent in each decoding stage, per method and budget."""
     labels, stages, shares = stage_shares(records)
@@ -428,6 +487,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         "",
         *head_to_head_section(records),
         *same_size_section(records),
+        *round_cost_section(records),
         "## Plots (all datasets pooled)",
         "",
         *(figures or ["No plottable data.", ""]),

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 KINDS = ("dflash", "grown")
+ANCHOR_REGIONS = ("answer", "all")
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}  # published slot-weight decay per block size
 STATE_FILE = "state.pt"  # resumable training state
 DRAFTER_DIR = "drafter"  # the latest drafter, DFlash layout
@@ -66,6 +67,7 @@ class TrainDrafterConfig:
     target_layer_ids: tuple[int, ...] | None = None  # kind "dflash": target layers read; None: one per drafter layer, spread from 1 to L-3
     draft_vocab_size: int | None = None  # kind "dflash": score only the N most frequent tokens of the training data; None: all
     anchors_per_sequence: int = 64  # blocks per sequence per step (published: up to 512); fewer if the sequence is short
+    anchor_region: str = "answer"  # "answer": blocks start in a record's answer (after its n_prompt tokens), as at inference; "all": anywhere
     max_seq_len: int = 1024  # longer sequences are cut to their first max_seq_len tokens
     sequences_per_step: int = 1  # sequences whose gradients add up before one optimizer step
     epochs: int = 6  # passes over the training sequences (published: 6)
@@ -100,6 +102,8 @@ class TrainDrafterConfig:
                     raise ValueError(f'{name} applies to kind "dflash" only; a grown drafter reads no target')
         elif self.base is not None:
             raise ValueError('base applies to kind "grown" only')
+        if self.anchor_region not in ANCHOR_REGIONS:
+            raise ValueError(f"anchor_region must be one of {', '.join(ANCHOR_REGIONS)}, got {self.anchor_region!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name in ("num_hidden_layers", "anchors_per_sequence", "max_seq_len", "sequences_per_step", "epochs",
@@ -135,26 +139,41 @@ class TrainDrafterConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_sequences(path: str | os.PathLike, vocab_size: int, max_seq_len: int) -> list[list[int]]:
-    """Token-id sequences from a JSONL file of {"ids": [...]} records, cut to max_seq_len."""
+@dataclass(frozen=True)
+class TrainSequence:
+    ids: list[int]  # [S] token ids of the target, cut to max_seq_len
+    first_anchor: int  # the earliest position a block's root may take (0: anywhere)
+
+
+def load_sequences(path: str | os.PathLike, vocab_size: int, max_seq_len: int, anchor_region: str) -> list[TrainSequence]:
+    """Training sequences from a JSONL file of {"ids": [...]} records, cut to max_seq_len. With
+    anchor_region "answer", a record with "n_prompt" (`taps gen-data`'s self-distilled answers)
+    places blocks only from its first answer token on: at inference the root is always a token the
+    target generated, and a prompt's chat template and system text are no draft to learn. Records
+    without "n_prompt" (raw text) place them anywhere."""
     sequences = []
     with open(path) as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                ids = json.loads(line)["ids"]
+                record = json.loads(line)
+                ids = record["ids"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 raise ValueError(f'{path}:{line_no}: expected a JSON object with an "ids" list') from None
             if not isinstance(ids, list) or len(ids) < 2 or not all(isinstance(t, int) and 0 <= t < vocab_size for t in ids):
                 raise ValueError(f"{path}:{line_no}: ids must be a list of at least 2 token ids below {vocab_size}")
-            sequences.append(ids[:max_seq_len])
+            first = record.get("n_prompt", 0) if anchor_region == "answer" else 0
+            if first > min(len(ids), max_seq_len) - 2:
+                raise ValueError(f"{path}:{line_no}: no answer token is left to draft within max_seq_len={max_seq_len} "
+                                 f"(n_prompt={first}, {len(ids)} ids); raise max_seq_len or use anchor_region 'all'")
+            sequences.append(TrainSequence(ids[:max_seq_len], first))
     if not sequences:
         raise ValueError(f"{path} holds no sequences")
     return sequences
 
 
-def split_sequences(sequences: list[list[int]], n_held_out: int, seed: int) -> tuple[list[list[int]], list[list[int]]]:
+def split_sequences(sequences: list, n_held_out: int, seed: int) -> tuple[list, list]:
     """(train, held out): the held-out ones chosen by seed."""
     order = torch.randperm(len(sequences), generator=torch.Generator().manual_seed(seed)).tolist()
     train = [sequences[i] for i in order[n_held_out:]]
@@ -188,9 +207,9 @@ def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     return weights
 
 
-def sample_anchors(seq_len: int, n: int, generator: torch.Generator) -> torch.Tensor:
-    """[min(n, seq_len - 1)] distinct sorted anchors in [0, seq_len - 2]: each has a label after it."""
-    candidates = torch.randperm(seq_len - 1, generator=generator)[:n]
+def sample_anchors(seq_len: int, n: int, generator: torch.Generator, first: int = 0) -> torch.Tensor:
+    """[min(n, seq_len - 1 - first)] distinct sorted anchors in [first, seq_len - 2]: each has a label after it."""
+    candidates = first + torch.randperm(seq_len - 1 - first, generator=generator)[:n]
     return candidates.sort().values
 
 
@@ -325,9 +344,9 @@ def slot_loss(logits: torch.Tensor, ids: torch.Tensor, anchors: torch.Tensor, we
 class DFlashTrainee:
     """A new DFlash model over the frozen target's features (kind "dflash")."""
 
-    def __init__(self, cfg: TrainDrafterConfig, target_model: "PreTrainedModel", train: list[list[int]]):
+    def __init__(self, cfg: TrainDrafterConfig, target_model: "PreTrainedModel", train: list[TrainSequence]):
         vocab_size = target_model.get_output_embeddings().weight.shape[0]
-        vocab = None if cfg.draft_vocab_size is None else draft_vocabulary(train, min(cfg.draft_vocab_size, vocab_size), vocab_size)
+        vocab = None if cfg.draft_vocab_size is None else draft_vocabulary([s.ids for s in train], min(cfg.draft_vocab_size, vocab_size), vocab_size)
         self.spec = DFlashConfig.for_target(target_model.config, cfg.mask_token_id, cfg.num_hidden_layers,
                                             cfg.target_layer_ids, cfg.block_size, vocab)
         rows = target_model.get_input_embeddings().weight.shape[0]
@@ -400,15 +419,16 @@ def lr_factor(step: int, total: int, warmup: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def evaluate(trainee, sequences, cfg: TrainDrafterConfig, autocast) -> dict:
+def evaluate(trainee, sequences: list[TrainSequence], cfg: TrainDrafterConfig, autocast) -> dict:
     """Held-out loss, accuracy per slot and the chain's tau estimate (1 + leading correct slots),
     on anchors fixed by the seed so that evaluations compare across the run."""
     trainee.module.eval()
     losses, correct, valid, runs = [], 0, 0, []
     with torch.no_grad():
-        for i, ids in enumerate(sequences):
-            anchors = sample_anchors(len(ids), cfg.anchors_per_sequence, torch.Generator().manual_seed(cfg.seed + i))
-            out = trainee.block_loss(ids, anchors, autocast)
+        for i, seq in enumerate(sequences):
+            generator = torch.Generator().manual_seed(cfg.seed + i)
+            anchors = sample_anchors(len(seq.ids), cfg.anchors_per_sequence, generator, seq.first_anchor)
+            out = trainee.block_loss(seq.ids, anchors, autocast)
             losses.append(out.loss.item())
             correct = correct + out.correct[:, 1:].sum(0)  # [L]
             valid = valid + out.valid[:, 1:].sum(0)
@@ -421,12 +441,13 @@ def evaluate(trainee, sequences, cfg: TrainDrafterConfig, autocast) -> dict:
     }
 
 
-def train_step(trainee, batch: list[list[int]], cfg: TrainDrafterConfig, anchor_rng: torch.Generator,
+def train_step(trainee, batch: list[TrainSequence], cfg: TrainDrafterConfig, anchor_rng: torch.Generator,
                autocast) -> list[float]:
     """Gradients of one optimizer step (summed over `batch`, not yet applied); returns the losses."""
     losses = []
-    for ids in batch:
-        loss = trainee.block_loss(ids, sample_anchors(len(ids), cfg.anchors_per_sequence, anchor_rng), autocast).loss
+    for seq in batch:
+        anchors = sample_anchors(len(seq.ids), cfg.anchors_per_sequence, anchor_rng, seq.first_anchor)
+        loss = trainee.block_loss(seq.ids, anchors, autocast).loss
         (loss / len(batch)).backward()
         losses.append(loss.item())
     return losses
@@ -479,7 +500,7 @@ def train_drafter(cfg: TrainDrafterConfig, model: "PreTrainedModel | None" = Non
     model = model.to(dtype).eval().requires_grad_(False)
     vocab_size = model.get_output_embeddings().weight.shape[0]
 
-    train, held_out = split_sequences(load_sequences(cfg.data, vocab_size, cfg.max_seq_len), cfg.eval_sequences, cfg.seed)
+    train, held_out = split_sequences(load_sequences(cfg.data, vocab_size, cfg.max_seq_len, cfg.anchor_region), cfg.eval_sequences, cfg.seed)
     trainee = GrownTrainee(cfg, model, _target_info(cfg.target)) if cfg.kind == "grown" else DFlashTrainee(cfg, model, train)
     params = [p for p in trainee.module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
