@@ -222,7 +222,7 @@ def test_train_drafter_generates_data_once_then_trains(capsys, tmp_path):
     data, out = tmp_path / "data.jsonl", tmp_path / "run"
     argv = ["train-drafter", "--target", "smollm2-135m", "--data", str(data), "--out", str(out), "--prompts", "2",
             "--gen-max-new-tokens", "4", "--mask-token-id", "3", "--block-size", "8", "--anchors-per-sequence", "4",
-            "--max-seq-len", "96", "--epochs", "1", "--eval-sequences", "1", "--no-progress"]
+            "--max-seq-len", "192", "--epochs", "1", "--eval-sequences", "1", "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert f"drafter saved in {out / 'drafter'} (step 1 of 1)" in printed
