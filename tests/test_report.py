@@ -8,7 +8,7 @@ import pytest
 
 from taps.bench import summarize
 from taps.report import (complete_only, head_to_head, markdown_table, pooled_rows, rival_matrix, round_costs,
-                         same_size_tau, speedup_matrix, stage_shares, tau_at_size, write_report)
+                         same_size_tau, speedup_matrix, stage_shares, tau_at_size, taps_rival_rows, write_report)
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -318,7 +318,7 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
         else:
             assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x ({x['tau']:.1f})"
     assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summarize(records)})
-    rivals = matrix_cells(rival_matrix(records))
+    rivals = matrix_cells(rival_matrix(taps_rival_rows(records)))
     rows = head_to_head(records)
     assert len(rivals) == len(rows) and {r["rival"] for r in rows} == {"hf-assisted", "ddtree"}
     for r in rows:

@@ -391,16 +391,15 @@ def speedup_matrix(records: list[dict]) -> str:
     return _matrix(keys, _distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
 
 
-def _taps_rival_rows(records: list[dict]) -> list[dict]:
+def taps_rival_rows(records: list[dict]) -> list[dict]:
     """`head_to_head` rows of taps and each of its variants present (taps-rollout, the ablations, ...)."""
     present = dict.fromkeys(r["method"] for r in records)  # first-seen order: the --methods order
     return [row for m in present if m == "taps" or m.startswith("taps-") for row in head_to_head(records, m)]
 
 
-def rival_matrix(records: list[dict]) -> str:
-    """The head-to-head rows as one table: a row per (taps method, rival), a column per (dataset,
+def rival_matrix(rows: list[dict]) -> str:
+    """`taps_rival_rows` as one table: a row per (taps method, rival), a column per (dataset,
     temperature), each cell the paired speedup over the rival (the ddtree rival's budget in brackets)."""
-    rows = _taps_rival_rows(records)
     cells = {(r["method"], r["budget"], r["rival"], r["dataset"], r["temperature"]): r for r in rows}
 
     def cell(key, column):
@@ -413,20 +412,20 @@ def rival_matrix(records: list[dict]) -> str:
     return _matrix(keys, _distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
 
 
-def matrix_section(records: list[dict]) -> list[str]:
-    """The report's headline: `speedup_matrix`, then `rival_matrix` when taps met a rival."""
+def matrix_section(records: list[dict], rival_rows: list[dict]) -> list[str]:
+    """The report's headline: `speedup_matrix`, then `rival_matrix` of `taps_rival_rows(records)`
+    when taps met a rival."""
     lines = ["## Speedup over ar at a glance", "", speedup_matrix(records), "",
              "- cells: speedup vs ar (tau in brackets); the full table below has every number.", ""]
-    if _taps_rival_rows(records):
+    if rival_rows:
         lines += ["Paired median ratio of tokens/s on the same prompts (ddtree: its best budget on that set):", "",
-                  rival_matrix(records), ""]
+                  rival_matrix(rival_rows), ""]
     return lines
 
 
-def head_to_head_section(records: list[dict]) -> list[str]:
+def head_to_head_section(rows: list[dict]) -> list[str]:
     """The report's lines comparing taps and each of its variants present (taps-rollout, the
-    ablations, ...) with their rivals; none when no taps method or every rival is absent."""
-    rows = _taps_rival_rows(records)
+    ablations, ...) with their rivals, from `taps_rival_rows`; none when there are no such rows."""
     if not rows:
         return []
     return [
@@ -471,6 +470,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         path.unlink(missing_ok=True)  # a plot with no data now must not leave an older one behind
         if draw(path):
             figures += [f"![{caption}]({name})", ""]  # a blank line each: one image per paragraph
+    rival_rows = taps_rival_rows(records)  # head_to_head is the report's costliest table: computed once
     lines = [
         "# taps benchmark report",
         "",
@@ -478,14 +478,14 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         "",
         *environment_lines(records),
         "",
-        *matrix_section(records),
+        *matrix_section(records, rival_rows),
         "## Every method, dataset and temperature",
         "",
         markdown_table(summarize(records)),
         "",
         DEFINITIONS,
         "",
-        *head_to_head_section(records),
+        *head_to_head_section(rival_rows),
         *same_size_section(records),
         *round_cost_section(records),
         "## Plots (all datasets pooled)",
