@@ -28,11 +28,10 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def gain_per_doubling(evals: list[dict], per_step: float) -> float:
-    """Least-squares slope of the estimated chain tau against log2(training tokens) over the second
-    half of the run's evaluations: what one more doubling of tokens would add if the trend held
-    (the cosine schedule's decay flattens the end, so this is a lower estimate)."""
+    """Least-squares slope of the estimated chain tau against log2(training tokens) over the run's
+    evaluations after step 0: what one more doubling of tokens would add if the trend held (the
+    cosine schedule's decay flattens the end, so this is a lower estimate)."""
     points = [(math.log2(r["step"] * per_step), r["eval_tau_chain"]) for r in evals if r["step"] > 0]
-    points = points[len(points) // 2:]
     mx = sum(x for x, _ in points) / len(points)
     my = sum(y for _, y in points) / len(points)
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
