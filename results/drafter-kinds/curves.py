@@ -6,12 +6,12 @@ Writes learning_curves.png here and in the shipped drafter's folder, and prints 
     .venv/bin/python results/drafter-kinds/curves.py
 """
 
-import json
 import math
 import shutil
 from pathlib import Path
 
 from taps.report import plot_learning_curves
+from taps.train.data import read_records
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -21,10 +21,6 @@ LOGS = {
     "grown: Qwen2.5-Coder-0.5B + LoRA": ROOT / "src/taps/shipped/qwen2.5-coder-1.5b/train_log.jsonl",
     "DFlash layout: 2 layers over target features": HERE / "dflash-train_log.jsonl",
 }
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def gain_per_doubling(evals: list[dict], per_step: float) -> float:
@@ -38,25 +34,24 @@ def gain_per_doubling(evals: list[dict], per_step: float) -> float:
 
 
 def main() -> None:
-    lengths = [min(len(r["ids"]), MAX_SEQ_LEN) for r in read_jsonl(DATA)]
+    lengths = [min(len(r["ids"]), MAX_SEQ_LEN) for r in read_records(DATA)]
     per_step = sum(lengths) / len(lengths)  # one sequence per optimizer step in both runs
-    runs = {name: (read_jsonl(path), per_step) for name, path in LOGS.items()}
+    evals = {name: [r for r in read_records(path) if "eval_slot_acc" in r] for name, path in LOGS.items()}
+    runs = {name: (log, per_step) for name, log in evals.items()}
     png = HERE / "learning_curves.png"
     plot_learning_curves(runs, png)
     shutil.copy(png, ROOT / "src/taps/shipped/qwen2.5-coder-1.5b/learning_curves.png")
     print(f"{per_step:.1f} training tokens per step\n")
     print("| drafter | step | training tokens | minutes | held-out slot accuracy 1..7 | est. chain tau |")
     print("|---|---:|---:|---:|---|---:|")
-    for name, (log, _) in runs.items():
+    for name, log in evals.items():
         for r in log:
-            if "eval_slot_acc" in r:
-                acc = " ".join(f"{a:.2f}" for a in r["eval_slot_acc"])
-                print(f"| {name.split(':')[0]} | {r['step']} | {r['step'] * per_step:,.0f} | {r['elapsed_s'] / 60:.1f} "
-                      f"| {acc} | {r['eval_tau_chain']:.2f} |")
+            acc = " ".join(f"{a:.2f}" for a in r["eval_slot_acc"])
+            print(f"| {name.split(':')[0]} | {r['step']} | {r['step'] * per_step:,.0f} | {r['elapsed_s'] / 60:.1f} "
+                  f"| {acc} | {r['eval_tau_chain']:.2f} |")
     print()
-    for name, (log, _) in runs.items():
-        evals = [r for r in log if "eval_slot_acc" in r]
-        print(f"{name}: estimated chain tau {gain_per_doubling(evals, per_step):+.2f} per doubling of training tokens")
+    for name, log in evals.items():
+        print(f"{name}: estimated chain tau {gain_per_doubling(log, per_step):+.2f} per doubling of training tokens")
 
 
 if __name__ == "__main__":
