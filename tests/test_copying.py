@@ -93,7 +93,7 @@ def test_copy_rounds_are_lossless_and_happen(family, drafter):
     model = tiny_model(family)
     target = Target(model, feature_layers=(0, 2))
     d = make_drafter(drafter, target, block_len=6)
-    res = generate(target, REPEATING, DecodeConfig("taps-copy", budget=8, max_new_tokens=40, stop_ids=()), d,
+    res = generate(target, REPEATING, DecodeConfig("taps+copy", budget=8, max_new_tokens=40, stop_ids=()), d,
                    profile=PROFILE)  # fmt: skip
     assert res.token_ids == hf_greedy(model, REPEATING, 40)
     if drafter == "random":  # drafted rounds commit ~1 token: the repeating text is copied instead
@@ -116,7 +116,7 @@ def test_a_copy_round_keeps_the_features_for_the_next_draft():
             calls.append((len(ids), features.shape[0]))
             return torch.full((4, target.vocab_size), 1.0 / target.vocab_size)
 
-    res = generate(target, REPEATING, DecodeConfig("taps-copy", budget=8, max_new_tokens=40, stop_ids=()), Recorder(),
+    res = generate(target, REPEATING, DecodeConfig("taps+copy", budget=8, max_new_tokens=40, stop_ids=()), Recorder(),
                    profile=PROFILE)  # fmt: skip
     # every round drafts or copies, but a last round that may commit one token only does neither
     assert res.stats.copy_rounds > 0 and 0 <= res.stats.rounds - len(calls) - res.stats.copy_rounds <= 1

@@ -6,7 +6,7 @@ from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import DRAFTERS, make_drafter
-from taps.policies import POLICIES
+from taps.methods import every_method
 from taps.target import Target
 
 PROMPT = [5, 17, 33, 2, 9, 41]
@@ -32,7 +32,7 @@ def run(model, method, drafter, n, stop=(), budget=8, block_len=6, prompt=PROMPT
 
 
 # rollout methods need a drafter with its own model to roll out (a grown one): tested in test_grown.py
-SPECULATIVE = [name for name, policy in POLICIES.items() if policy.needs_draft and not policy.rollout]
+SPECULATIVE = [m for m in every_method() if m != "ar" and "rollout" not in m]
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
@@ -48,7 +48,7 @@ def test_greedy_equals_transformers_generate(model, drafter, method):
     assert sum(a + 1 for a in s.accepted_per_round) == 48
     if drafter == "oracle" and method == "chain":
         assert s.tau == pytest.approx(48 / 7, rel=0.01)  # accepts all 6 drafted tokens every round
-    if drafter == "random" and not POLICIES[method].copy_rounds:  # copy rounds do not need the drafter
+    if drafter == "random" and "copy" not in method:  # copy rounds do not need the drafter
         assert s.tau < 1.3
 
 
@@ -59,28 +59,31 @@ def test_autoregressive_is_the_same_loop_without_draft(model):
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
-@pytest.mark.parametrize("method", [n for n in SPECULATIVE if POLICIES[n].reads_context and not POLICIES[n].copy_rounds])
-def test_policies_that_read_a_profile_get_each_rounds_context(model, method):
-    """`context` = the tokens cached before the round's root: the prompt's but one, plus all committed."""
-    seen = []
-
-    def spy(marginals, root, budget, **kw):
-        seen.append(kw["context"])
-        return POLICIES[method].select(marginals, root, budget, **kw)
-
+@pytest.mark.parametrize("method", ["cost-aware", "taps"])
+def test_proposals_carry_each_rounds_context(model, method):
+    """`context` = the tokens cached before the round's root: the prompt's but one, plus all committed.
+    Seen through the loop's seam: every round's proposal and what it committed."""
+    rounds = []
     target = Target(model, feature_layers=(0, 2))
     cfg = DecodeConfig(method=method, budget=8, max_new_tokens=30, stop_ids=())
-    res = generate(target, PROMPT, cfg, make_drafter("noisy", target, block_len=6), select=spy)
-    committed = [sum(a + 1 for a in res.stats.accepted_per_round[:i]) for i in range(res.stats.rounds)]
-    # every round calls select but a last one with a single token left (root only, nothing to draft)
-    assert len(seen) >= res.stats.rounds - 1 and seen == [len(PROMPT) - 1 + c for c in committed][: len(seen)]
+    res = generate(target, PROMPT, cfg, make_drafter("noisy", target, block_len=6), on_round=rounds.append)
+    assert len(rounds) == res.stats.rounds
+    committed = 0
+    for i, r in enumerate(rounds):
+        # every round proposes but a last one with a single token left (root only, nothing to draft)
+        assert r.proposal is not None or i == len(rounds) - 1
+        if r.proposal is not None:
+            assert r.proposal.context == len(PROMPT) - 1 + committed
+            assert r.proposal.marginals.shape[0] <= 30 - committed - 1
+        committed += len(r.committed)
+    assert [t for r in rounds for t in r.committed] == res.token_ids
 
 
 @pytest.mark.parametrize("n", [1, 2, 6, 7, 8, 13])
 def test_max_new_tokens_boundary_is_exact(model, n):
     # block_len 6: n = 7 is exactly one fully accepted oracle round, 8 spills one token over
     res = run(model, "chain", "oracle", n)
-    assert res.token_ids == hf_greedy(model, PROMPT, n)
+    assert res.token_ids == hf_greedy(model, PROMPT, n) and res.finish_reason == "length"
 
 
 @pytest.mark.parametrize("drafter", ["oracle", "noisy"])
@@ -93,13 +96,14 @@ def test_stop_token_ends_generation_inside_an_accepted_path(model, drafter, meth
     assert hf_greedy(model, PROMPT, 30, eos=stop) == expected
     res = run(model, method, drafter, 30, stop=(stop,))
     assert res.token_ids == expected
+    assert res.finish_reason == "stop"
 
 
 def test_context_limit_is_respected_exactly():
     model = tiny_model("llama", max_positions=32)
     prompt = list(range(3, 27))  # 24 tokens: 8 positions left
     res = run(model, "chain", "oracle", 100, prompt=prompt)
-    assert len(res.token_ids) == 8
+    assert len(res.token_ids) == 8 and res.finish_reason == "context"
     assert res.token_ids == hf_greedy(model, prompt, 8)
 
 
@@ -153,6 +157,8 @@ def test_bad_inputs_give_clear_errors(model):
         DecodeConfig("chain", budget=0)
     with pytest.raises(ValueError, match="unknown method"):
         DecodeConfig("nope")
+    with pytest.raises(ValueError, match="does not apply"):
+        DecodeConfig("chain+no-scorer")
     with pytest.raises(ValueError, match="needs a drafter"):
         generate(target, PROMPT, DecodeConfig("chain"))
     other = Target(tiny_model("llama", vocab=50))

@@ -8,9 +8,11 @@ from marginals import random_marginals
 
 from taps.costmodel import LatencyProfile, ProfileInfo, default_profile
 from taps.lookup import ngram_continuations
+from taps.methods import Method
 from taps.policies import (
     POLICIES,
     CandidatePath,
+    Proposal,
     CostAwareConfig,
     TapsConfig,
     build_pool,
@@ -18,7 +20,6 @@ from taps.policies import (
     cost_aware,
     ddtree,
     default_config,
-    configure_policy,
     taps,
 )
 from taps.scorer import Source
@@ -34,11 +35,11 @@ def path_scores(tree, marginals):
     return out[1:]
 
 
-@pytest.mark.parametrize("name", [n for n, p in POLICIES.items() if p.needs_draft])
+@pytest.mark.parametrize("name", list(POLICIES))
 @pytest.mark.parametrize("budget", [1, 3, 8, 40])
 def test_every_policy_gives_a_valid_tree_within_budget(name, budget):
     m = random_marginals(6, 20, seed=budget)
-    tree = POLICIES[name].select(m, 7, budget)  # Tree validates prefix closure itself
+    tree = POLICIES[name].select(Proposal(7, m), budget)  # Tree validates prefix closure itself
     assert 1 <= tree.n_draft <= budget
     assert int(tree.tokens[0]) == 7
     assert int(tree.depths.max()) <= 6
@@ -49,7 +50,7 @@ def test_every_policy_gives_a_valid_tree_within_budget(name, budget):
 
 def test_chain_is_argmax_path_cut_at_budget():
     m = random_marginals(5, 11, seed=1)
-    tree = chain(m, 3, 4)
+    tree = chain(Proposal(3, m), 4)
     assert tree.tokens.tolist() == [3] + m.argmax(-1)[:4].tolist()
     assert tree.parents.tolist() == [-1, 0, 1, 2, 3]
 
@@ -66,13 +67,13 @@ def test_ddtree_equals_brute_force_top_b_prefixes(seed, budget):
         for path in itertools.product(range(vocab), repeat=d):
             scores.append(sum(float(logq[i, t]) for i, t in enumerate(path)))
     best = sorted(scores, reverse=True)[:budget]
-    got = sorted(path_scores(ddtree(m, 0, budget), m), reverse=True)
+    got = sorted(path_scores(ddtree(Proposal(0, m), budget), m), reverse=True)
     assert len(got) == min(budget, len(scores))
     assert all(math.isclose(a, b, abs_tol=1e-5) for a, b in zip(got, best))
 
 
 def test_ddtree_with_no_depth_is_root_only():
-    assert ddtree(torch.empty(0, 9), 4, 8).n_nodes == 1
+    assert ddtree(Proposal(4, torch.empty(0, 9)), 8).n_nodes == 1
 
 
 # ---- cost-aware (CaDDTree) and taps (TAPS) -------------------------------------------------
@@ -99,20 +100,20 @@ def throughput_argmax(profile, gains):
 @pytest.mark.parametrize("sharp", [1.0, 3.0, 6.0])
 def test_cost_aware_cuts_ddtree_at_the_throughput_maximising_size(seed, sharp):
     m = random_marginals(6, 20, seed, sharp)
-    full = ddtree(m, 1, 30)
+    full = ddtree(Proposal(1, m), 30)
     gains = [math.exp(s) for s in path_scores(full, m)]  # Q of each node, in best-first order
     best = throughput_argmax(STEP, gains)
-    tree = cost_aware(m, 1, 30, config=CostAwareConfig(profile=STEP))
+    tree = cost_aware(Proposal(1, m), 30, config=CostAwareConfig(profile=STEP))
     assert tree.n_draft == best
-    assert paths(tree) == paths(ddtree(m, 1, best))
+    assert paths(tree) == paths(ddtree(Proposal(1, m), best))
 
 
 def test_cost_aware_grows_with_cheaper_verification():
     m = random_marginals(6, 20, 0, sharp=1.0)
     flat = LatencyProfile((0, 100), (1.0, 1.0), 0.0, INFO)  # verification cost independent of size
     steep = LatencyProfile((0, 1), (1.0, 2.0), 0.0, INFO)  # every node doubles the cost
-    assert cost_aware(m, 1, 25, config=CostAwareConfig(profile=flat)).n_draft == 25  # capped at budget
-    assert cost_aware(m, 1, 25, config=CostAwareConfig(profile=steep)).n_draft == 0
+    assert cost_aware(Proposal(1, m), 25, config=CostAwareConfig(profile=flat)).n_draft == 25  # capped at budget
+    assert cost_aware(Proposal(1, m), 25, config=CostAwareConfig(profile=steep)).n_draft == 0
 
 
 @pytest.mark.parametrize("policy", ["cost-aware", "taps"])
@@ -124,10 +125,10 @@ def test_the_profile_is_read_at_the_rounds_context(policy):
     info = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(100, 1000),
                        repeats=1, verify_by_context=rows)  # fmt: skip
     select = POLICIES[policy].configure(profile=LatencyProfile((0, 25), (1.0, 2.0), 0.0, info))
-    short, long = select(m, 1, 25, context=100), select(m, 1, 25, context=1000)
+    short, long = select(Proposal(1, m, context=100), 25), select(Proposal(1, m, context=1000), 25)
     assert short.n_draft == 25 and long.n_draft < 25
     at_long = POLICIES[policy].configure(profile=LatencyProfile((0, 25), rows[1], 0.0, INFO))  # measured there alone
-    assert paths(long) == paths(at_long(m, 1, 25))
+    assert paths(long) == paths(at_long(Proposal(1, m, context=1000), 25))
 
 
 class RandomScorer:
@@ -186,7 +187,7 @@ def test_taps_greedy_keeps_ancestors_and_equals_the_literal_rule(seed, lambdas, 
     cfg = TapsConfig(k=5, pool_size=40, scorer=RandomScorer(seed), lambda1=lambdas[0], lambda2=lambdas[1],
                      threshold=threshold, throughput=False)
     budget = 12
-    tree = taps(m, 2, budget, config=cfg)  # Tree itself refuses a node whose parent is missing
+    tree = taps(Proposal(2, m), budget, config=cfg)  # Tree itself refuses a node whose parent is missing
     pool = build_pool(m, 2, 5, 40)
     assert paths(tree) == literal_greedy(pool, RandomScorer(seed).q_cond(pool, m), budget, *lambdas, threshold)
     assert tree.n_draft <= budget
@@ -194,26 +195,26 @@ def test_taps_greedy_keeps_ancestors_and_equals_the_literal_rule(seed, lambdas, 
 
 def test_taps_respects_n_max_and_the_utility_threshold():
     m = random_marginals(6, 20, 3, sharp=2.0)
-    assert taps(m, 0, 5, config=TapsConfig(throughput=False)).n_draft == 5
-    assert taps(m, 0, 40, config=TapsConfig(throughput=False)).n_draft == 40
+    assert taps(Proposal(0, m), 5, config=TapsConfig(throughput=False)).n_draft == 5
+    assert taps(Proposal(0, m), 40, config=TapsConfig(throughput=False)).n_draft == 40
     sizes = []
     for threshold in (0.01, 0.03, 0.1):
-        tree = taps(m, 0, 40, config=TapsConfig(k=20, throughput=False, threshold=threshold))
+        tree = taps(Proposal(0, m), 40, config=TapsConfig(k=20, throughput=False, threshold=threshold))
         q = [math.exp(s) for s in path_scores(tree, m)]  # marginal scorer: q_reach = Q, utility = Q
         assert min(q) >= threshold
         # the best node left out (DDTree's next one) is under the threshold, unless N_max stopped first
-        bigger = ddtree(m, 0, tree.n_draft + 1)
+        bigger = ddtree(Proposal(0, m), tree.n_draft + 1)
         assert paths(tree) < paths(bigger)
         assert tree.n_draft == 40 or max(path_scores(bigger, m)[-1:]) < math.log(threshold)
         sizes.append(tree.n_draft)
     assert sizes[0] >= sizes[1] >= sizes[2] and sizes[2] < 40
-    assert taps(m, 0, 40, config=TapsConfig(throughput=False, threshold=1.1)).n_nodes == 1
+    assert taps(Proposal(0, m), 40, config=TapsConfig(throughput=False, threshold=1.1)).n_nodes == 1
 
 
 def test_depth_cost_makes_trees_shallower():
     m = random_marginals(8, 20, 4, sharp=4.0)
-    flat = taps(m, 0, 24, config=TapsConfig(throughput=False))
-    costly = taps(m, 0, 24, config=TapsConfig(throughput=False, lambda2=5.0))
+    flat = taps(Proposal(0, m), 24, config=TapsConfig(throughput=False))
+    costly = taps(Proposal(0, m), 24, config=TapsConfig(throughput=False, lambda2=5.0))
     assert float(costly.depths.float().mean()) < float(flat.depths.float().mean())
 
 
@@ -221,11 +222,11 @@ def test_depth_cost_makes_trees_shallower():
 def test_taps_throughput_cut_maximises_modelled_tokens_per_second(seed):
     m = random_marginals(6, 20, seed, sharp=2.0)
     scorer = RandomScorer(seed)
-    order = taps(m, 1, 30, config=TapsConfig(scorer=scorer, throughput=False))
+    order = taps(Proposal(1, m), 30, config=TapsConfig(scorer=scorer, throughput=False))
     pool = build_pool(m, 1, 8, 128)
     reach = dict(zip(*pool_paths_and_reach(pool, scorer.q_cond(pool, m))))  # path -> q_reach
     gains = [reach[tuple(order.tokens[order.path_to(i)[1:]].tolist())] for i in range(1, order.n_nodes)]
-    tree = taps(m, 1, 30, config=TapsConfig(scorer=scorer, profile=STEP))
+    tree = taps(Proposal(1, m), 30, config=TapsConfig(scorer=scorer, profile=STEP))
     best = throughput_argmax(STEP, gains)
     assert tree.n_draft == best
     assert tree.tokens.tolist() == order.tokens[: best + 1].tolist()  # a prefix of the greedy order
@@ -234,8 +235,8 @@ def test_taps_throughput_cut_maximises_modelled_tokens_per_second(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_taps_with_marginal_scores_is_cost_aware(seed):
     m = random_marginals(6, 20, seed, sharp=2.0)
-    got = taps(m, 1, 20, config=TapsConfig(k=20, profile=STEP))
-    assert paths(got) == paths(cost_aware(m, 1, 20, config=CostAwareConfig(profile=STEP)))
+    got = taps(Proposal(1, m), 20, config=TapsConfig(k=20, profile=STEP))
+    assert paths(got) == paths(cost_aware(Proposal(1, m), 20, config=CostAwareConfig(profile=STEP)))
 
 
 def test_missing_profile_is_announced_once_and_a_given_one_is_silent():
@@ -248,21 +249,21 @@ def test_missing_profile_is_announced_once_and_a_given_one_is_silent():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            POLICIES["taps"].select(m, 0, 8)
-            POLICIES["cost-aware"].select(m, 0, 8)
+            POLICIES["taps"].select(Proposal(0, m), 8)
+            POLICIES["cost-aware"].select(Proposal(0, m), 8)
     assert sorted(str(w.message).split(":")[0] for w in caught) == ["cost-aware", "taps"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        POLICIES["taps"].configure(profile=STEP)(m, 0, 8)
-        POLICIES["cost-aware"].configure(profile=STEP)(m, 0, 8)
-        POLICIES["taps"].configure(throughput=False)(m, 0, 8)
+        POLICIES["taps"].configure(profile=STEP)(Proposal(0, m), 8)
+        POLICIES["cost-aware"].configure(profile=STEP)(Proposal(0, m), 8)
+        POLICIES["taps"].configure(throughput=False)(Proposal(0, m), 8)
 
 
 def test_configure_binds_validated_options():
     m = random_marginals(6, 20, 5)
     select = POLICIES["taps"].configure(throughput=False, lambda2=5.0)
-    assert paths(select(m, 0, 10)) == paths(taps(m, 0, 10, config=TapsConfig(throughput=False, lambda2=5.0)))
-    assert POLICIES["ddtree"].configure() is POLICIES["ddtree"].select
+    assert paths(select(Proposal(0, m), 10)) == paths(taps(Proposal(0, m), 10, config=TapsConfig(throughput=False, lambda2=5.0)))
+    assert paths(POLICIES["ddtree"].configure()(Proposal(0, m), 10)) == paths(ddtree(Proposal(0, m), 10))
     with pytest.raises(ValueError, match="takes no options"):
         POLICIES["ddtree"].configure(profile=STEP)
     with pytest.raises(TypeError):
@@ -293,7 +294,7 @@ def test_extra_candidate_paths_join_the_pool_with_their_source():
     pairs = list(zip(pool.parents.tolist(), pool.tokens.tolist()))
     assert len(pairs) == len(set(pairs))  # no parent has two children with one token
     trust_lookup = TrustLookup()  # the source is visible to scorers
-    tree = taps(m, 5, 4, config=TapsConfig(k=2, pool_size=6, scorer=trust_lookup, throughput=False), extra_paths=lookup)
+    tree = taps(Proposal(5, m, paths=tuple(lookup)), 4, config=TapsConfig(k=2, pool_size=6, scorer=trust_lookup, throughput=False))
     assert paths(tree) == {lookup[0].tokens[:d] for d in range(1, 5)}
     with pytest.raises(ValueError, match="outside"):
         build_pool(m, 5, 2, 6, [CandidatePath((10,))])
@@ -313,20 +314,35 @@ def test_ngram_lookup_finds_earlier_continuations():
 def test_full_size_vocabulary(name):
     """Qwen2.5's 151,936-token vocabulary: only topk touches it."""
     m = random_marginals(15, 151_936, 0, sharp=8.0)
-    tree = POLICIES[name].configure(**({} if name == "ddtree" else {"profile": default_profile()}))(m, 0, 32)
+    tree = POLICIES[name].configure(**({} if name == "ddtree" else {"profile": default_profile()}))(Proposal(0, m), 32)
     assert 1 <= tree.n_draft <= 32
 
 
-def test_ablation_variants_fix_their_options():
+def test_method_options_configure_the_policy():
     m = random_marginals(6, 20, 7)
 
-    class Flat:  # a scorer that would change the tree if the variant did not drop it
+    class Flat:  # a scorer that would change the tree if the option did not drop it
         def q_cond(self, pool, marginals):
             return torch.full((pool.n,), 0.5)
 
+    def selector(spec, scorer=None):
+        return Method.parse(spec).build(NOISE_FREE, STEP, scorer)[1]
+
     plain = POLICIES["taps"].configure(profile=STEP)
-    noscorer = configure_policy("taps-noscorer", profile=STEP, scorer=Flat())
-    assert paths(noscorer(m, 0, 12)) == paths(plain(m, 0, 12))
-    fixed = configure_policy("taps-fixed", profile=STEP)
-    assert fixed(m, 0, 12).n_draft == 12  # no throughput cut: the budget is filled
-    assert not POLICIES["taps-nolookup"].accepts_paths and POLICIES["taps"].accepts_paths
+    assert paths(selector("taps+no-scorer", Flat())(Proposal(0, m), 12)) == paths(plain(Proposal(0, m), 12))
+    assert paths(selector("taps", Flat())(Proposal(0, m), 12)) != paths(plain(Proposal(0, m), 12))
+    assert selector("taps+fixed")(Proposal(0, m), 12).n_draft == 12  # no throughput cut: the budget is filled
+    assert Method.parse("taps+no-lookup").build(NOISE_FREE, STEP)[0].lookup is False
+    assert Method.parse("taps").build(NOISE_FREE, STEP)[0].lookup is True
+    assert str(Method.parse("taps+copy+rollout")) == "taps+copy+rollout" == str(Method.parse("taps+rollout+copy"))
+    for bad, message in [("nope", "unknown method"), ("taps+bogus", "unknown method option"),
+                         ("ddtree+fixed", "does not apply"), ("taps+copy+copy", "repeated")]:
+        with pytest.raises(ValueError, match=message):
+            Method.parse(bad)
+
+
+class _Drafter:  # the parts of a drafter Method.build looks at
+    block_len, vocab_size, feature_layers = 6, 20, ()
+
+
+NOISE_FREE = _Drafter()

@@ -44,8 +44,8 @@ def exact_two_token_law(model, sampling):
         (SamplingConfig(1.0), "oracle", "chain"),  # the greedy path, often rejected when sampling
         (SamplingConfig(0.8, top_k=5, top_p=0.9), "noisy", "chain"),
         (SamplingConfig(1.0), "noisy", "taps"),
-        (SamplingConfig(1.0), "grown", "taps-rollout"),  # rolls out the target's own greedy path
-        (SamplingConfig(0.8, top_k=5, top_p=0.9), "grown", "chain-rollout"),
+        (SamplingConfig(1.0), "grown", "taps+rollout"),  # rolls out the target's own greedy path
+        (SamplingConfig(0.8, top_k=5, top_p=0.9), "grown", "chain+rollout"),
     ],
 )
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
@@ -67,7 +67,7 @@ def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, m
 
 
 def test_copy_rounds_follow_the_target_distribution(model):
-    """taps-copy at T=1: after a drafted round that commits one token, the second round verifies
+    """taps+copy at T=1: after a drafted round that commits one token, the second round verifies
     the n-gram continuation of a repeating prompt alone. The law of the tokens that round decides
     (the 2nd and 3rd, marginal over the 1st) must be the target's."""
     # "6 4 a" occurred before for every token a, so whatever the first round commits after the
@@ -89,7 +89,7 @@ def test_copy_rounds_follow_the_target_distribution(model):
     d = make_drafter("random", target, block_len=3)
     samples, copies = [], 0
     for seed in range(N_RUNS):
-        cfg = DecodeConfig("taps-copy", budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)
+        cfg = DecodeConfig("taps+copy", budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)
         res = generate(target, prompt, cfg, d, profile=profile)
         samples.append(tuple(res.token_ids[1:]))
         copies += res.stats.copy_rounds

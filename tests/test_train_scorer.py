@@ -95,7 +95,7 @@ def test_recording_is_lossless_and_uses_lookup(model, target, drafter):
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_labels_are_the_targets_distribution_at_each_pool_node(model, target, drafter, temperature):
     cfg = config(max_new_tokens=24, temperature=temperature)
-    trace = record_trace(target, drafter, PROMPT, cfg, torch.Generator().manual_seed(1))
+    trace = record_trace(target, drafter, PROMPT, cfg, 1)
     sampling = cfg.sampling
     full = trace.prompt_ids + trace.token_ids
     for ex, start in list(zip(trace.examples, trace.round_starts))[:3]:
@@ -189,7 +189,7 @@ def test_trained_scorer_plugs_into_taps_and_decoding_stays_greedy(model, target,
     assert not torch.allclose(scorer.q_cond(pool, marginals), MarginalScorer().q_cond(pool, marginals), atol=1e-3)
     for options in ({"throughput": False}, {}):
         select = POLICIES["taps"].configure(scorer=scorer, **options)
-        res = generate(target, PROMPT, DecodeConfig(method="taps", budget=8, max_new_tokens=40), drafter, select)
+        res = generate(target, PROMPT, DecodeConfig(method="taps", budget=8, max_new_tokens=40), drafter, select=select)
         assert res.token_ids == hf_greedy(model, PROMPT, 40)
 
 

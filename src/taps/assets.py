@@ -364,18 +364,25 @@ def resolve(name_or_path: str, progress: bool = True) -> str:
 
 
 def load_model(
-    name_or_path: str, dtype: torch.dtype = torch.float32
+    name_or_path: str,
+    dtype: torch.dtype = torch.float32,
+    *,
+    linear: str | None = None,
+    device: str | None = None,
+    verbose: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer, in eval mode, from a packaged name, folder or hub id,
-    its linear layers on the backend of `taps.linear.current_linear()`."""
+    on `device` (default cpu), its linear layers on the `linear` backend (taps.linear; None:
+    `current_linear()`). transformers' per-load progress bar shows only when `verbose`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from taps.linear import use_linear
 
-    # Denormal floats run through slow microcode on x86: fp32 decoding was 8x slower here
-    # without this. It is process-wide and idempotent.
-    torch.set_flush_denormal(True)
     path = resolve(name_or_path)
+    bar = hf_logging.is_progress_bar_enabled()
+    if not verbose:
+        hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -384,4 +391,9 @@ def load_model(
         raise AssetError(
             f"could not load model {name_or_path!r}: {error}\npackaged models: {', '.join(MODELS)}"
         ) from None
-    return use_linear(model.eval()), tokenizer
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+    if device is not None:
+        model = model.to(device)
+    return use_linear(model.eval(), linear), tokenizer

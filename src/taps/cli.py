@@ -36,83 +36,65 @@ def _add_drafter_quant(p, text: str) -> None:
     p.add_argument("--drafter-quant", choices=list(SCHEMES), default="none", help=text)
 
 
-def _policy_options(args, drafter: str | None) -> dict:
-    """Options of the configurable policies: the latency profile (given, else the one saved by
-    `taps profile` for this target and dtype, else the policy warns and uses its stated default)
-    and the trained edge scorer (given, else the drafter's own, else plain marginals)."""
-    from taps.costmodel import LatencyProfile, saved_profile
-    from taps.drafters import default_scorer
-    from taps.scorer import EdgeScorer
+def _method(text: str) -> str:
+    """--method's type: NAME[+OPTION...] checked at parse time, before any model loads."""
+    from taps.methods import Method
 
-    profile = (LatencyProfile.load(args.profile) if args.profile
-               else saved_profile(args.target, args.dtype, drafter_quant=args.drafter_quant))  # fmt: skip
-    scorer_dir = args.scorer or default_scorer(drafter)
-    scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
-    return {"profile": profile, "scorer": scorer}
+    try:
+        return str(Method.parse(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _drafter_or_default(args) -> str:
-    """--drafter, else the drafter taps ships for --target; a clear error when there is neither."""
-    from taps.drafters import DRAFTERS, default_drafter
+def _load(args, method: str):
+    """The parts the options name, assembled by the composition root (taps.engine.load)."""
+    import taps
+    from taps.rounds import Rollout
 
-    drafter = args.drafter or default_drafter(args.target)
-    if drafter is None:
-        raise ValueError(
-            f"taps ships no drafter for {args.target!r}: pass --drafter (a trained drafter folder, or a test "
-            f"drafter: {', '.join(DRAFTERS)})"
-        )
-    return drafter
+    return taps.load(
+        args.target, args.drafter, method=method, budget=getattr(args, "budget", None), dtype=args.dtype,
+        device=args.device, profile=args.profile, scorer=False if args.scorer == "none" else args.scorer,
+        drafter_quant=args.drafter_quant, linear=args.linear, block_len=args.block_len,
+        rollout=Rollout(args.rollout_steps, args.rollout_reach),
+    )
 
 
 def _generate(args) -> int:
-    from taps.assets import load_model
-    from taps.decode import DecodeConfig, generate
-    from taps.drafters import drafter_feature_layers, make_drafter
-    from taps.policies import configure_policy, get_policy
-    from taps.target import Target
-    from taps.verify import SamplingConfig
-
-    cfg = DecodeConfig(
-        method=args.method,
-        budget=args.budget,
-        max_new_tokens=args.max_new_tokens,
-        sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
-        seed=args.seed,
-        lookup=not args.no_lookup,
-        **_rollout_options(args),
-    )
-    needs_draft = get_policy(args.method).needs_draft
-    args.drafter = _drafter_or_default(args) if needs_draft else None
-    options = _policy_options(args, args.drafter)
-    select = configure_policy(args.method, **options)
-    torch.manual_seed(args.seed)
-    model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
-    target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if needs_draft else ())
-    drafter = make_drafter(args.drafter, target, block_len=args.block_len, quantize=args.drafter_quant) if needs_draft else None
-    prompt_ids = target.encode(args.prompt, chat=not args.no_chat_template)
-    result = generate(target, prompt_ids, cfg, drafter, select, options["profile"])
+    spec = _load(args, args.method)
+    options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p, seed=args.seed, stop=args.stop or None, chat=not args.no_chat_template)
+    if args.stream and not args.json:
+        for piece in spec.stream(args.prompt, **options):
+            print(piece, end="", flush=True)
+        print()
+        result = spec.last_result
+    else:
+        result = spec.generate(args.prompt, **options)
     s = result.stats
+    drafter = spec.drafter_name if spec.drafter is not None else None
     if args.json:
         record = result.to_dict()
-        record.update(target=args.target, drafter=args.drafter if needs_draft else None, dtype=args.dtype)
+        record.update(target=args.target, drafter=drafter, dtype=args.dtype)
         print(json.dumps(record))
-    else:
+        return 0
+    if not args.stream:
         print(result.text)
-        print(
-            f"\n[{args.method}{'' if not needs_draft else ' / ' + args.drafter}] {s.new_tokens} tokens in "
-            f"{s.seconds:.2f} s = {s.tokens_per_second:.1f} tokens/s, {s.rounds} rounds, tau {s.tau:.2f}, "
-            f"mean tree {s.mean_tree_size:.1f} nodes; stages (s): "
-            + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items())
-            + f", prefill {s.prefill_seconds:.2f}",
-            file=sys.stderr,
-        )
+    print(
+        f"\n[{result.method}{'' if drafter is None else ' / ' + drafter}] {s.new_tokens} tokens in "
+        f"{s.seconds:.2f} s = {s.tokens_per_second:.1f} tokens/s, {s.rounds} rounds, tau {s.tau:.2f}, "
+        f"mean tree {s.mean_tree_size:.1f} nodes, finished by {result.finish_reason}; stages (s): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items())
+        + f", prefill {s.prefill_seconds:.2f}",
+        file=sys.stderr,
+    )
     return 0
 
 
-def _rollout_options(args) -> dict:
-    """--rollout-steps/--rollout-reach as given; absent ones keep DecodeConfig's defaults."""
-    given = {"rollout_steps": args.rollout_steps, "rollout_reach": args.rollout_reach}
-    return {k: v for k, v in given.items() if v is not None}
+def _methods(args) -> int:
+    from taps.methods import method_help
+
+    print(method_help())
+    return 0
 
 
 def _csv(kind):
@@ -158,35 +140,39 @@ def _report(args) -> int:
     return 0
 
 
-def _add_policy_options(p) -> None:
+def _add_load_options(p, drafter_help: str) -> None:
+    """What `taps.load` takes: the target, its drafter, dtype, device, kernels, profile and scorer."""
+    from taps.assets import DTYPES
+    from taps.linear import BACKENDS
+
+    p.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
+    p.add_argument("--drafter", default=None, help=drafter_help)
+    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (fast, default) or float32 (exact)")
+    p.add_argument("--device", default=None, help="cpu (default), cuda, mps, ...: where the models run")
+    p.add_argument("--linear", choices=list(BACKENDS), default=None,
+                   help="CPU linear kernel (default: $TAPS_LINEAR, else onednn where this PyTorch has it)")
+    p.add_argument("--block-len", type=int, default=None, help="positions a test drafter proposes per round (15)")
     p.add_argument("--profile", default=None,
-                   help="latency profile JSON for cost-aware/taps (default: the one `taps profile` saved for "
-                        "this target and dtype; without one they warn and use a stated default)")
-    p.add_argument("--scorer", default=None, help="trained TAPS edge scorer folder (default: the drafter folder's scorer/, else plain marginals)")
-    _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside any target dtype): faster drafts, the same output (none)")
-    p.add_argument("--no-lookup", action="store_true", help="taps: no n-gram lookup candidates in the pool")
-    # defaults None: taps.decode.DecodeConfig's (importing it here would slow every command's start)
-    p.add_argument("--rollout-steps", type=int, default=None,
-                   help="rollout methods (taps-rollout, chain-rollout): most greedy drafter steps after the block "
-                        "pass, at most budget - 1 (64)")
-    p.add_argument("--rollout-reach", type=float, default=None,
-                   help="rollout methods: stop rolling out when the path's drafter probability falls under this (0.2)")
+                   help="latency profile JSON for cost-aware/taps/copy rounds (default: the one `taps profile` saved "
+                        "for this target, dtype and kernel; without one they warn and use a stated default)")
+    p.add_argument("--scorer", default=None,
+                   help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
+    _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
+                          "any target dtype; CPU only): faster drafts, the same output (none)")
+    p.add_argument("--rollout-steps", type=int, default=64,
+                   help="methods with +rollout: most greedy drafter steps after the block pass, at most budget - 1 (64)")
+    p.add_argument("--rollout-reach", type=float, default=0.2,
+                   help="methods with +rollout: stop when the path's drafter probability falls under this (0.2)")
 
 
 def _profile(args) -> int:
     from pathlib import Path
 
-    from taps.assets import load_model
     from taps.costmodel import measure_profile, profile_path
-    from taps.drafters import default_drafter, drafter_feature_layers, make_drafter
-    from taps.target import Target
 
-    name = args.drafter or default_drafter(args.target)
-    model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
-    target = Target(model, tokenizer, drafter_feature_layers(name) if name else ())
-    drafter = make_drafter(name, target, quantize=args.drafter_quant) if name else None
-    profile = measure_profile(target, drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
-    out = Path(args.out) if args.out else profile_path(args.target, args.dtype, drafter_quant=args.drafter_quant)
+    spec = _load(args, "chain")  # loads the target and its drafter; the profile times both
+    profile = measure_profile(spec.target, spec.drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
+    out = Path(args.out) if args.out else profile_path(args.target, args.dtype, args.linear, args.drafter_quant)
     out.parent.mkdir(parents=True, exist_ok=True)
     profile.save(out)
     info = profile.info
@@ -398,8 +384,7 @@ def _add_train_scorer(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from taps.drafters import DRAFTERS
-    from taps.policies import POLICIES
+    from taps.drafters import TEST_DRAFTERS
 
     p = argparse.ArgumentParser(prog="taps", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -410,41 +395,35 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_models)
 
     g = sub.add_parser("generate", help="generate text for one prompt and print speculation stats")
-    g.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
-    g.add_argument(
-        "--drafter", default=None,
-        help="a trained drafter folder, or a test drafter: " + "; ".join(f"{k}: {v.doc}" for k, v in DRAFTERS.items()),
-    )
-    g.add_argument(
-        "--method", choices=list(POLICIES), default="chain",
-        help="; ".join(f"{k}: {v.doc}" for k, v in POLICIES.items()),
-    )
-    g.add_argument("--budget", type=int, default=16, help="most drafted nodes per verification (default 16)")
-    g.add_argument("--block-len", type=int, default=None, help="positions a test drafter proposes per round (15)")
+    _add_load_options(g, "a trained drafter folder, or a test drafter (" + ", ".join(TEST_DRAFTERS)
+                      + ") (default: the drafter taps ships for --target)")
+    g.add_argument("--method", type=_method, default="taps",
+                   help="NAME[+OPTION...] (default taps; list them with `taps methods`)")
+    g.add_argument("--budget", type=int, default=None,
+                   help="most drafted nodes per verification (default: the method's; a chain: the drafter's block)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     g.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens; 0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold; 1 = off")
     g.add_argument("--max-new-tokens", type=int, default=128, help="most tokens to generate (default 128)")
-    g.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (fast, default) or float32 (exact)")
+    g.add_argument("--stop", action="append", default=[], help="a string that ends the answer (repeatable)")
     g.add_argument("--no-chat-template", action="store_true", help="tokenize the prompt as is")
     g.add_argument("--seed", type=int, default=0, help="seeds sampling and the test drafters (default 0)")
+    g.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     g.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
     g.add_argument("--prompt", required=True, help="the user message (or raw text with --no-chat-template)")
-    _add_policy_options(g)
     g.set_defaults(func=_generate)
 
+    me = sub.add_parser("methods", help="list the methods and their options")
+    me.set_defaults(func=_methods)
+
     pr = sub.add_parser("profile", help="measure verification latency t(n) and drafting cost on this machine")
-    pr.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
-    pr.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (default) or float32")
-    pr.add_argument("--drafter", default=None,
-                    help="time this drafter's draft call (folder or test name; default: the target's shipped drafter)")
+    _add_load_options(pr, "time this drafter's draft call (folder or test name; default: the target's shipped drafter)")
     pr.add_argument("--sizes", type=_csv(int), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
                     help="tree sizes (drafted nodes) to time")
     pr.add_argument("--contexts", type=_csv(int), default=(128, 512, 2048),
                     help="context lengths to time them at; rounds read the curve at their own context (128,512,2048)")
     pr.add_argument("--repeats", type=int, default=5, help="timed runs per point; the median is kept (5)")
     pr.add_argument("--out", default=None, help="where to save (default: the path generate and bench look in)")
-    _add_drafter_quant(pr, "time the drafter with its linear layers in int8, as generate/bench --drafter-quant int8 run it (none)")
     pr.set_defaults(func=_profile)
 
     from taps.bench import PEERS

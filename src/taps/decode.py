@@ -1,53 +1,50 @@
-"""The round loop (method.md section 1): draft -> select tree -> verify -> commit.
+"""The round loop (docs/method.md section 1): propose -> select tree -> verify -> commit.
 
-Plain autoregressive decoding is this same loop with the `ar` policy (a root-only tree and no
-drafter call), so speed comparisons measure only what speculation changes.
+Plain autoregressive decoding is this same loop with no proposal (a root-only tree and no
+drafter call), so speed comparisons measure only what speculation changes. `rounds` is the one
+loop: a generator of `Round`s, so generation, streaming (taps.engine), scorer traces
+(taps.train.scorer) and replays are all callers of it, through `generate`'s `on_round` seam or by
+iterating it themselves.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
-from taps.copying import CopyPlanner
-from taps.costmodel import LatencyProfile
 from taps.drafters import Drafter
-from taps.lookup import ngram_continuations
-from taps.policies import CandidatePath, PolicyFn, get_policy, profile_or_default
+from taps.methods import Method
+from taps.policies import Proposal, Selector
+from taps.rounds import Proposer, Rollout
 from taps.target import Target
 from taps.tree import Tree
-from taps.verify import SamplingConfig, verify
+from taps.verify import SamplingConfig, Verdict, verify
 
 STAGES = ("draft", "select", "verify", "commit")
+FINISH_REASONS = ("stop", "length", "context")  # a stop token; max_new_tokens; the context limit
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    method: str = "chain"  # tree policy name (see taps.policies.POLICIES); "ar" = no draft
+    method: str = "chain"  # NAME[+OPTION...], see taps.methods
     budget: int = 16  # most drafted nodes (root excluded) one verification may hold
     max_new_tokens: int = 128  # stop after this many generated tokens
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # temperature, top-k, top-p
     stop_ids: tuple[int, ...] | None = None  # stop after any of these; None = the model's EOS ids
     seed: int = 0  # seeds the target's draws at temperature > 0
-    lookup: bool = True  # policies that take extra candidates (taps): add n-gram continuations of the context
-    rollout_steps: int = 64  # rollout methods: most greedy drafter steps after the block pass
-    rollout_reach: float = 0.2  # rollout methods: stop when the path's drafter probability falls under this
+    rollout: Rollout = field(default_factory=Rollout)  # methods with +rollout: how far drafts are deepened
 
     def __post_init__(self):
-        get_policy(self.method)  # unknown names fail here, with the list of known ones
-        if self.budget < 1:
-            raise ValueError(f"budget must be >= 1 drafted node, got {self.budget}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        check_rollout(self.rollout_steps, self.rollout_reach)
-
-
-def check_rollout(steps: int, reach: float) -> None:
-    if steps < 0 or not 0 <= reach <= 1:
-        raise ValueError(f"need rollout_steps >= 0 and 0 <= rollout_reach <= 1, got {steps}, {reach}")
+        object.__setattr__(self, "method", str(Method.parse(self.method)))  # unknown names fail here, listed
+        if not isinstance(self.budget, int) or self.budget < 1:
+            raise ValueError(f"budget must be an integer >= 1 drafted node, got {self.budget}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
 
 
 @dataclass
@@ -59,6 +56,19 @@ class Stats:
     seconds: float = 0.0  # wall time of the whole call, prefill included
     new_tokens: int = 0
     copy_rounds: int = 0  # rounds that verified an n-gram continuation without calling the drafter
+    finish_reason: str = "length"  # why decoding ended, one of FINISH_REASONS
+
+    def add_round(self, committed: Sequence[int], tree: Tree, proposal: Proposal | None,
+                  stage_seconds: Sequence[float]) -> None:
+        self.new_tokens += len(committed)
+        self.accepted_per_round.append(len(committed) - 1)  # a stop token may cut the path short
+        self.tree_sizes.append(tree.n_draft)
+        self.copy_rounds += proposal is not None and proposal.fixed is not None
+        if proposal is None or proposal.fixed is not None:  # no drafter call: proposing was choosing
+            t_propose, t_select, *rest = stage_seconds
+            stage_seconds = (0.0, t_propose + t_select, *rest)
+        for stage, seconds in zip(STAGES, stage_seconds):
+            self.stage_seconds[stage] += seconds
 
     @property
     def rounds(self) -> int:
@@ -90,6 +100,7 @@ class Stats:
             "prefill_seconds": self.prefill_seconds,
             "stage_seconds": self.stage_seconds,
             "copy_rounds": self.copy_rounds,
+            "finish_reason": self.finish_reason,
         }
 
 
@@ -99,9 +110,24 @@ class GenerationResult:
     text: str  # token_ids decoded (empty when the target has no tokenizer)
     method: str
     stats: Stats
+    finish_reason: str = "length"  # one of FINISH_REASONS
+    prompt_tokens: int = 0
 
     def to_dict(self) -> dict:
-        return {"text": self.text, "token_ids": self.token_ids, "method": self.method, "stats": self.stats.to_dict()}
+        return {"text": self.text, "token_ids": self.token_ids, "method": self.method,
+                "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+                "stats": self.stats.to_dict()}
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round, as the loop hands it to its callers."""
+
+    proposal: Proposal | None  # what the proposer offered (None: the root alone)
+    tree: Tree  # what was verified
+    logits: torch.Tensor  # [n_nodes, vocab] the target's logits at every tree node
+    verdict: Verdict  # the accepted path and the bonus token
+    committed: list[int]  # tokens this round added to the output (accepted + bonus, cut at a stop token)
 
 
 def default_stop_ids(target: Target) -> tuple[int, ...]:
@@ -135,94 +161,78 @@ def check_drafter(target: Target, drafter: Drafter) -> None:
         raise ValueError(f"the drafter reads target layers {sorted(missing)} that the target does not expose")
 
 
+def rounds(
+    target: Target, prompt_ids: Sequence[int], cfg: DecodeConfig, proposer: Proposer, select: Selector | None,
+    stats: Stats, reuse_prefix: bool = False,
+) -> Iterator[Round]:
+    """Decode `prompt_ids`, one `Round` per target forward; `stats` is filled as rounds go, its
+    `finish_reason` set when the loop ends. Closing the generator stops at the round boundary,
+    leaving the target's cache consistent. `reuse_prefix`: keep what the target's cache already
+    holds of the prompt (Target.prefill)."""
+    check_prompt(target, prompt_ids)
+    stop = set(default_stop_ids(target) if cfg.stop_ids is None else cfg.stop_ids)
+    gen = torch.Generator(device=target.device).manual_seed(cfg.seed)
+    clock = time.perf_counter
+    t_start = clock()
+    ids = list(prompt_ids)
+    proposer.start(ids, target.prefill(ids[:-1], reuse_prefix))  # 1. prefill all but the root, fed by each round
+    stats.prefill_seconds = clock() - t_start
+    while True:
+        # 2. what this round may still commit: the max_new_tokens and context limits, exactly
+        remaining = min(cfg.max_new_tokens - stats.new_tokens, target.max_positions - len(ids))
+        if remaining <= 0:
+            stats.finish_reason = "length" if stats.new_tokens >= cfg.max_new_tokens else "context"
+            return
+        t0 = clock()
+        proposal = proposer.propose(ids, remaining - 1, cfg.budget)  # 3. propose
+        t1 = clock()
+        if proposal is None:  # 4. select
+            tree = Tree.root_only(ids[-1])
+        else:
+            tree = proposal.fixed if proposal.fixed is not None else select(proposal, cfg.budget)
+        t2 = clock()
+        out = target.forward_tree(tree)  # 5. verify: one forward, the target's own draws
+        verdict = verify(tree, out.logits, cfg.sampling, gen)
+        t3 = clock()
+        keep = [0] + verdict.accepted  # 6. commit the accepted path and the bonus
+        target.commit(keep, tree.n_nodes)
+        emitted = tree.tokens[verdict.accepted].tolist() + [verdict.bonus]
+        cut = next((i + 1 for i, tok in enumerate(emitted) if tok in stop), len(emitted))
+        committed = emitted[:cut]
+        ids += committed
+        proposer.observe(tree, committed, None if out.features is None else out.features[keep])
+        stats.add_round(committed, tree, proposal, (t1 - t0, t2 - t1, t3 - t2, clock() - t3))
+        yield Round(proposal, tree, out.logits, verdict, committed)
+        if committed[-1] in stop:
+            stats.finish_reason = "stop"
+            return
+
+
 def generate(
     target: Target,
     prompt_ids: Sequence[int],
     cfg: DecodeConfig,
     drafter: Drafter | None = None,
-    select: PolicyFn | None = None,
-    profile: LatencyProfile | None = None,
+    *,
+    profile=None,
+    scorer=None,
+    select: Selector | None = None,
+    on_round: Callable[[Round], None] | None = None,
 ) -> GenerationResult:
-    """Decode `prompt_ids` with `cfg.method`; `select` is that policy configured with options
-    (`POLICIES[name].configure(profile=..., scorer=...)`), default: its plain `select`.
-    `profile` is the latency profile a method with copy rounds decides them by (taps.copying)."""
-    policy = get_policy(cfg.method)
-    select = select or policy.select
-    lookup = cfg.lookup and policy.accepts_paths
-    copier = CopyPlanner(profile_or_default(cfg.method, profile)) if cfg.lookup and policy.copy_rounds else None
-    check_prompt(target, prompt_ids)
-    if policy.needs_draft:
-        if drafter is None:
-            raise ValueError(f"method {cfg.method!r} needs a drafter")
+    """Decode `prompt_ids` with `cfg.method` (taps.methods) and return the result. `profile` is the
+    latency profile cost-aware, taps and copy rounds decide by, `scorer` taps' edge scorer;
+    `select` replaces the method's tree selection (e.g. a recorder that verifies whole pools);
+    `on_round` sees every round."""
+    proposer, method_select = Method.parse(cfg.method).build(drafter, profile, scorer, cfg.rollout)
+    if drafter is not None:
         check_drafter(target, drafter)
-        if policy.rollout and not callable(getattr(drafter, "rollout", None)):
-            raise ValueError(f"method {cfg.method!r} deepens drafts with the drafter's own greedy steps, which only a "
-                             "grown drafter can take (taps.grown); use it with one, or use a method without rollout")
-    stop = set(default_stop_ids(target) if cfg.stop_ids is None else cfg.stop_ids)
-    gen = torch.Generator().manual_seed(cfg.seed)
     stats = Stats()
-    clock = time.perf_counter
-    t_start = clock()
-
-    ids = list(prompt_ids)
-    pending = target.prefill(ids[:-1])  # features of committed tokens the drafter has not been given
-    if policy.needs_draft:
-        drafter.start(ids)
-    stats.prefill_seconds = clock() - t_start
     new: list[int] = []
-    done = False
-    while not done:
-        # tokens this round may still commit: the max_new_tokens and context limits, exactly
-        remaining = min(cfg.max_new_tokens - len(new), target.max_positions - len(ids))
-        if remaining <= 0:
-            break
-        t0 = clock()
-        tree, drafted, t_draft = Tree.root_only(ids[-1]), False, 0.0
-        path = copier.continuation(ids) if copier is not None else None
-        copy = copier.copy_tree(ids[-1], path, min(cfg.budget, remaining - 1), len(ids) - 1) if copier is not None else None
-        if copy is not None:
-            tree = copy
-        elif policy.needs_draft and remaining > 1:
-            t = clock()
-            marginals = drafter.draft(ids, pending)  # [L, vocab]
-            if policy.rollout:
-                # a path longer than budget - 1 tokens could not be verified whole: no step past it
-                steps = min(cfg.rollout_steps, remaining - 2, cfg.budget - 1)
-                marginals = drafter.rollout(marginals, steps, cfg.rollout_reach)
-            marginals = marginals[: remaining - 1]  # [depth, vocab]
-            t_draft, pending, drafted = clock() - t, None, True
-            extra = {"extra_paths": [CandidatePath(p) for p in ngram_continuations(ids)]} if lookup else {}
-            if policy.reads_context:
-                extra["context"] = len(ids) - 1  # cached tokens before the root
-                if policy.rollout:  # the rollout's steps are this round's own drafting cost
-                    extra["draft_seconds"] = t_draft
-            tree = select(marginals, ids[-1], cfg.budget, **extra)
-        t2 = clock()
-        out = target.forward_tree(tree)
-        verdict = verify(tree, out.logits, cfg.sampling, gen)
-        t3 = clock()
-        keep = [0] + verdict.accepted
-        target.commit(keep, tree.n_nodes)
-        if policy.needs_draft and out.features is not None:  # a copy round's features wait for the next draft
-            pending = out.features[keep] if pending is None else torch.cat([pending, out.features[keep]])
-        emitted = tree.tokens[verdict.accepted].tolist() + [verdict.bonus]
-        committed = 0
-        for tok in emitted:
-            ids.append(tok)
-            new.append(tok)
-            committed += 1
-            if tok in stop:
-                done = True
-                break
-        if copier is not None:
-            copier.observe(path, emitted[:committed], tree.n_draft if drafted else None, t_draft)
-        stats.copy_rounds += copy is not None
-        t4 = clock()
-        for stage, seconds in zip(STAGES, (t_draft, t2 - t0 - t_draft, t3 - t2, t4 - t3)):
-            stats.stage_seconds[stage] += seconds
-        stats.accepted_per_round.append(committed - 1)  # a stop token may cut the path short
-        stats.tree_sizes.append(tree.n_draft)
-    stats.seconds = clock() - t_start
-    stats.new_tokens = len(new)
+    t_start = time.perf_counter()
+    for r in rounds(target, prompt_ids, cfg, proposer, select or method_select, stats):
+        new += r.committed
+        if on_round is not None:
+            on_round(r)
+    stats.seconds = time.perf_counter() - t_start
     text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer is not None else ""
-    return GenerationResult(new, text, cfg.method, stats)
+    return GenerationResult(new, text, cfg.method, stats, stats.finish_reason, len(prompt_ids))

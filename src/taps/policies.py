@@ -1,14 +1,15 @@
-"""Tree selection policies (method.md section 3): marginals -> prefix-closed Tree.
+"""Tree selection policies (docs/method.md section 3): a round's proposal -> prefix-closed Tree.
 
-Every policy is a pure function `(marginals [depth, vocab], root, budget) -> Tree` and needs no
-model; those that read a latency profile also take the round's `context` length. `marginals[d]`
-is the drafter's distribution for the token at depth d + 1. The decoding loop trims marginals
-to the depth the round may still commit, so policies never see limits.
+Every policy is a pure function `select(proposal, budget, config) -> Tree` and needs no model.
+A `Proposal` (made by a proposer, taps.rounds) carries the drafter's marginals, where
+`marginals[d]` is the distribution for the token at depth d + 1, trimmed to the depth the round
+may still commit, so policies never see limits; plus candidate paths from other sources and
+the round's context length, which only the policies that use them read.
 
-Policies with options (`cost-aware`, `taps`) take a keyword-only `config=` of their frozen
-config dataclass; `POLICIES[name].configure(**options)` binds one and returns a plain
-`(marginals, root, budget) -> Tree` function. Called without a config they use the defaults,
-which name the latency profile they fall back to in a warning (once per process).
+Policies with options (`cost-aware`, `taps`) take their frozen config dataclass;
+`POLICIES[name].configure(**options)` validates one and returns a plain
+`(proposal, budget) -> Tree` selector. Called with config None they use the defaults, which
+name the latency profile they fall back to in a warning (once per process).
 
 Performance: per round only `topk` passes over the vocabulary (and, with a learned scorer,
 its entropy feature); everything after works on [depth, k] candidates with O(n log n) heaps.
@@ -22,7 +23,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -30,49 +31,66 @@ from taps.costmodel import LatencyProfile, default_profile
 from taps.scorer import CandidatePool, MarginalScorer, Scorer, Source
 from taps.tree import Tree
 
-PolicyFn = Callable[[torch.Tensor, int, int], Tree]
+
+@dataclass(frozen=True)
+class CandidatePath:
+    """Extra candidate tokens after the root from another source (e.g. `taps.lookup`)."""
+
+    tokens: tuple[int, ...]  # the continuation, first token at depth 1
+    source: Source = Source.LOOKUP  # recorded on the pool nodes this path adds
+
+    def __post_init__(self):
+        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What one round offers to select from (docs/method.md sections 1 and 6)."""
+
+    root: int  # the last committed token, node 0 of every tree
+    marginals: torch.Tensor  # [depth, vocab] float32, row d = q_{d+1}; depth 0 = nothing to draft
+    paths: tuple[CandidatePath, ...] = ()  # candidates from other sources (n-gram lookup); taps pools them
+    context: int | None = None  # cached tokens before the root: the latency profile is read at this length
+    draft_seconds: float | None = None  # this round's own drafting time when the profile's would mislead (rollout)
+    fixed: Tree | None = None  # a tree chosen by the proposer itself (a copy round): no selection
+
+
+Selector = Callable[[Proposal, int], Tree]  # (proposal, budget) -> Tree, options bound
 
 
 @dataclass(frozen=True)
 class Policy:
-    name: str  # the --method name
-    select: PolicyFn  # (marginals [depth, vocab], root token, budget) -> Tree, default options
-    needs_draft: bool  # False only for plain autoregressive decoding (no drafter is called)
-    doc: str  # one line for --help and `taps methods`
-    config_type: type | None = None  # the frozen config dataclass `select` takes as `config=`; None = no options
-    accepts_paths: bool = False  # `select` takes `extra_paths=` (candidates from n-gram lookup, section 3.4 + issue 4)
-    overrides: tuple[tuple[str, object], ...] = ()  # options an ablation variant fixes; they win over given ones
-    copy_rounds: bool = False  # the loop may skip the drafter and verify an n-gram continuation alone (taps.copying)
-    reads_context: bool = False  # `select` takes `context=` (the round's cached tokens) and `draft_seconds=` for its profile
-    rollout: bool = False  # the loop deepens each draft along the drafter's greedy path first (GrownDrafter.rollout)
+    name: str  # the method name that selects with it
+    select: Callable[[Proposal, int, Any], Tree]  # (proposal, budget, config or None) -> Tree
+    doc: str  # one line for --help and docs
+    config_type: type | None = None  # the frozen config dataclass `select` takes; None = no options
 
-    def configure(self, **options) -> PolicyFn:
-        """`select` with its config built from `options`, e.g.
+    def configure(self, **options) -> Selector:
+        """`select` with its config built (and validated) from `options`, e.g.
         `POLICIES["taps"].configure(profile=my_profile, scorer=EdgeScorer.load(folder))`."""
         if self.config_type is None:
             if options:
                 raise ValueError(f"method {self.name!r} takes no options, got {sorted(options)}")
-            return self.select
-        return partial(self.select, config=self.config_type(**{**options, **dict(self.overrides)}))
+            return partial(self.select, config=None)
+        return partial(self.select, config=self.config_type(**options))
 
 
 POLICIES: dict[str, Policy] = {}
 
 
-def configure_policy(name: str, **available) -> PolicyFn:
-    """`name`'s select function configured with whichever of the `available` options (profile,
+def configure_policy(name: str, **available) -> Selector:
+    """`name`'s selector configured with whichever of the `available` options (profile,
     scorer, ...) its config takes; options that are None are left at their defaults."""
     policy = get_policy(name)
     if policy.config_type is None:
-        return policy.select
+        return policy.configure()
     fields = {f.name for f in dataclasses.fields(policy.config_type)}
     return policy.configure(**{k: v for k, v in available.items() if k in fields and v is not None})
 
 
-def register(name: str, doc: str, needs_draft: bool = True, config_type: type | None = None, accepts_paths: bool = False,
-             reads_context: bool = False):
-    def wrap(fn: PolicyFn) -> PolicyFn:
-        POLICIES[name] = Policy(name, fn, needs_draft, doc, config_type, accepts_paths, reads_context=reads_context)
+def register(name: str, doc: str, config_type: type | None = None):
+    def wrap(fn):
+        POLICIES[name] = Policy(name, fn, doc, config_type)
         return fn
 
     return wrap
@@ -80,7 +98,7 @@ def register(name: str, doc: str, needs_draft: bool = True, config_type: type | 
 
 def get_policy(name: str) -> Policy:
     if name not in POLICIES:
-        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(POLICIES)}")
+        raise ValueError(f"unknown tree policy {name!r}; choose one of {', '.join(POLICIES)}")
     return POLICIES[name]
 
 
@@ -137,21 +155,17 @@ def _order_tree(root: int, tok: list[list[int]], order: Sequence[tuple[int, int,
     return Tree.from_lists([root] + [tok[d][r] for _, d, r, _ in order], [-1] + [p for p, _, _, _ in order])
 
 
-@register("ar", "plain autoregressive decoding: the root alone, no draft", needs_draft=False)
-def autoregressive(marginals: torch.Tensor, root: int, budget: int) -> Tree:
-    return Tree.root_only(root)
-
-
 @register("chain", "DFlash: the argmax token at each depth, one path of up to `budget` nodes")
-def chain(marginals: torch.Tensor, root: int, budget: int) -> Tree:
-    tokens = marginals[:budget].argmax(dim=-1).tolist()
+def chain(proposal: Proposal, budget: int, config: None = None) -> Tree:
+    tokens = proposal.marginals[:budget].argmax(dim=-1).tolist()
     n = len(tokens)
-    return Tree.from_lists([root] + tokens, [-1] + list(range(n)))
+    return Tree.from_lists([proposal.root] + tokens, [-1] + list(range(n)))
 
 
 @register("ddtree", "DDTree: the `budget` most likely paths by product of marginals (best-first heap)")
-def ddtree(marginals: torch.Tensor, root: int, budget: int) -> Tree:
+def ddtree(proposal: Proposal, budget: int, config: None = None) -> Tree:
     """The top-`budget` prefixes by Q(path) = prod_d q_d(x_d) (method.md 3.2), see `_best_first`."""
+    marginals, root = proposal.marginals, proposal.root
     if marginals.shape[0] == 0 or budget == 0:
         return Tree.root_only(root)
     logq, tok = _top_tokens(marginals, budget)  # no top-budget prefix uses a rank >= budget
@@ -170,33 +184,22 @@ class CostAwareConfig:
     "cost-aware",
     "CaDDTree: DDTree's order cut at the size maximising modelled tokens/s (profiled latency), at most `budget`",
     config_type=CostAwareConfig,
-    reads_context=True,
 )
-def cost_aware(marginals: torch.Tensor, root: int, budget: int, *, config: CostAwareConfig | None = None,
-               context: int | None = None, draft_seconds: float | None = None) -> Tree:
+def cost_aware(proposal: Proposal, budget: int, config: CostAwareConfig | None = None) -> Tree:
     """method.md 3.3: along DDTree's best-first order, keep the n <= budget first nodes that
     maximise (1 + sum of their Q) / (t_draft + t_verify(n)); every prefix of the order is a
-    prefix-closed tree, so any n is valid. `context` (cached tokens before the root) reads the
-    profile at that length (`LatencyProfile.at_context`); None: the profile's mean curve.
-    `draft_seconds`: this round's drafting time when known (rollout rounds), else the profile's."""
+    prefix-closed tree, so any n is valid. The profile is read at the proposal's `context`
+    (cached tokens before the root, `LatencyProfile.at_context`; None: the mean curve), with
+    t_draft = the proposal's `draft_seconds` when given (rollout rounds), else the profile's."""
     cfg = config or default_config(CostAwareConfig)
+    marginals, root = proposal.marginals, proposal.root
     if marginals.shape[0] == 0 or budget == 0:
         return Tree.root_only(root)
     logq, tok = _top_tokens(marginals, budget)
     order = _best_first(logq, budget)
-    n = cfg.profile.at_context(context).best_size([math.exp(lq) for *_, lq in order], draft_seconds)
+    gains = [math.exp(lq) for *_, lq in order]
+    n = cfg.profile.at_context(proposal.context).best_size(gains, proposal.draft_seconds)
     return _order_tree(root, tok, order[:n])
-
-
-@dataclass(frozen=True)
-class CandidatePath:
-    """Extra candidate tokens after the root from another source (e.g. `taps.lookup`)."""
-
-    tokens: tuple[int, ...]  # the continuation, first token at depth 1
-    source: Source = Source.LOOKUP  # recorded on the pool nodes this path adds
-
-    def __post_init__(self):
-        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
 
 
 def build_pool(
@@ -282,22 +285,11 @@ _MARGINAL = MarginalScorer()
     "TAPS: top-K candidate pool, edge scorer q_cond, greedy by q_reach / depth cost, "
     "cut at the size maximising modelled tokens/s (profiled latency), at most `budget`",
     config_type=TapsConfig,
-    accepts_paths=True,
-    reads_context=True,
 )
-def taps(
-    marginals: torch.Tensor,
-    root: int,
-    budget: int,
-    *,
-    config: TapsConfig | None = None,
-    extra_paths: Sequence[CandidatePath] = (),
-    context: int | None = None,
-    draft_seconds: float | None = None,
-) -> Tree:
+def taps(proposal: Proposal, budget: int, config: TapsConfig | None = None) -> Tree:
     """method.md 3.4 (a-d) with section 5's size rule.
 
-    a. `build_pool`: top-K per depth, best-first into N_pool nodes, plus `extra_paths`.
+    a. `build_pool`: top-K per depth, best-first into N_pool nodes, plus the proposal's `paths`.
     b. q_cond for every pool edge from the scorer.
     c. q_reach(v) = prod of q_cond along root..v.
     d. Greedy: admit the node of best utility q_reach / (lambda1 + lambda2 * depth) with its
@@ -307,13 +299,14 @@ def taps(
        frontier (admitted nodes' children) is exactly this greedy, O(B log B) plus the children.
     Then, with `throughput`, keep the first n admitted nodes maximising
     (1 + sum q_reach) / (t_draft + t_verify(n)) (every prefix of the order is prefix-closed),
-    the profile read at `context` cached tokens when given (`LatencyProfile.at_context`), with
-    t_draft = `draft_seconds` when given (a rollout round's own drafting time).
+    the profile read at the proposal's `context` (`LatencyProfile.at_context`), with
+    t_draft = its `draft_seconds` when given (a rollout round's own drafting time).
     """
     cfg = config or default_config(TapsConfig)
+    marginals, root = proposal.marginals, proposal.root
     if marginals.shape[0] == 0 or budget == 0:
         return Tree.root_only(root)
-    pool = build_pool(marginals, root, cfg.k, max(cfg.pool_size, budget), extra_paths)  # a
+    pool = build_pool(marginals, root, cfg.k, max(cfg.pool_size, budget), proposal.paths)  # a
     q_cond = (_MARGINAL if cfg.scorer is None else cfg.scorer).q_cond(pool, marginals)  # b: [n_pool]
     if q_cond.shape != (pool.n,) or not bool(((q_cond >= 0) & (q_cond <= 1)).all()):
         raise ValueError(f"the scorer must give {pool.n} probabilities in [0, 1], one per pool node")
@@ -338,52 +331,9 @@ def taps(
         for c in children[v]:
             push(c)
     if cfg.throughput:  # section 5: the size with the most expected tokens per second
-        admitted = admitted[: cfg.profile.at_context(context).best_size([reach[v] for v in admitted], draft_seconds)]
+        profile = cfg.profile.at_context(proposal.context)
+        admitted = admitted[: profile.best_size([reach[v] for v in admitted], proposal.draft_seconds)]
     index = {v: i + 1 for i, v in enumerate(admitted)}  # pool node -> tree node
     index[0] = 0
     tokens = pool.tokens.tolist()
     return Tree.from_lists([root] + [tokens[v] for v in admitted], [-1] + [index[parents[v]] for v in admitted])
-
-
-@cache
-def _variant_default(config_type: type, overrides: tuple[tuple[str, object], ...]):
-    return config_type(**dict(overrides))
-
-
-def register_variant(name: str, base: str, doc: str, accepts_paths: bool | None = None, copy_rounds: bool = False,
-                     rollout: bool = False, **overrides) -> None:
-    """A variant of `base` under its own --method name, so a benchmark runs both side by side:
-    the same selection with some options fixed, optionally without lookup candidates, with
-    copy rounds (taps.copying) or with drafts deepened by a greedy rollout."""
-    b = POLICIES[base]
-    fixed = tuple(sorted(overrides.items()))
-    if b.config_type is None:
-        if fixed:
-            raise ValueError(f"method {base!r} takes no options, got {sorted(overrides)}")
-        select = b.select  # nothing to fix: the base's own function
-    else:
-        def select(marginals: torch.Tensor, root: int, budget: int, *, config=None, **kwargs) -> Tree:
-            return b.select(marginals, root, budget, config=config or _variant_default(b.config_type, fixed), **kwargs)
-
-    paths = b.accepts_paths if accepts_paths is None else accepts_paths
-    POLICIES[name] = dataclasses.replace(b, name=name, select=select, doc=doc, accepts_paths=paths, overrides=fixed,
-                                         copy_rounds=copy_rounds, rollout=rollout)
-
-
-register_variant("taps-noscorer", "taps", "TAPS ablation: plain marginals as q_cond instead of the learned scorer",
-                 scorer=None)
-register_variant("taps-fixed", "taps", "TAPS ablation: no throughput cut, the tree fills the budget",
-                 throughput=False, profile=None)
-register_variant("taps-nolookup", "taps", "TAPS ablation: no n-gram lookup candidates in the pool", accepts_paths=False)
-register_variant("taps-copy", "taps", "TAPS with copy rounds: skip the drafter when an n-gram continuation alone is "
-                 "modelled faster (taps.copying)", copy_rounds=True)
-# The learned scorer corrects block marginals (rows blind to earlier positions); rollout rows are the
-# base model's own conditionals, already calibrated: on HumanEval replays the scorer cut their tau.
-register_variant("taps-rollout", "taps", "TAPS on drafts deepened by the drafter's greedy rollout: conditional rows "
-                 "along its own path after the block pass, scored as they are (grown drafters; "
-                 "DecodeConfig.rollout_steps/rollout_reach)", rollout=True, scorer=None)
-register_variant("taps-rollout-copy", "taps", "taps-rollout with copy rounds: an n-gram continuation verified alone "
-                 "when modelled faster than drafting and rolling out (taps.copying)", copy_rounds=True, rollout=True,
-                 scorer=None)
-register_variant("chain-rollout", "chain", "chain along the drafter's greedy rollout: autoregressive drafting with "
-                 "the grown drafter's base, seeded by the block pass (grown drafters)", rollout=True)

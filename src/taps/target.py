@@ -54,6 +54,11 @@ class Target:
         return self.model.dtype
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are: every tensor the loop makes for it is made there."""
+        return self.model.device
+
+    @property
     def vocab_size(self) -> int:
         """Rows of the output head (may exceed the tokenizer's vocabulary)."""
         return self.model.get_output_embeddings().weight.shape[0]
@@ -69,6 +74,8 @@ class Target:
             # a sliding-window layer forgets old entries, so tree slots would not line up
             raise TargetError("sliding-window attention caches are not supported by tree verification")
         self.n_cached = 0
+        self.cached_ids: list[int] = []  # the tokens whose K/V the cache holds, in order
+        self._feature_chunks: list[torch.Tensor] = []  # their features [k, F] (when feature layers are read)
 
     def encode(self, text: str, chat: bool = True) -> list[int]:
         """Prompt text -> token ids, through the model's chat template unless chat=False."""
@@ -95,28 +102,50 @@ class Target:
         return torch.cat([hidden_states[i + 1][0] for i in self.feature_layers], dim=-1)
 
     @torch.inference_mode()
-    def prefill(self, ids: Sequence[int]) -> torch.Tensor | None:
-        """Feed committed tokens (not the root) into an empty cache; returns their features."""
-        self.reset()
-        if len(ids) == 0:
-            return None
-        out = self.model.base_model(
-            input_ids=torch.tensor([list(ids)]),
-            past_key_values=self.cache,
-            use_cache=True,
-            output_hidden_states=bool(self.feature_layers),
-        )
-        self.n_cached = len(ids)
-        return self._features(out.hidden_states) if self.feature_layers else None
+    def prefill(self, ids: Sequence[int], reuse: bool = False) -> torch.Tensor | None:
+        """Feed committed tokens (not the root) into the cache; returns the features of all of them
+        [len(ids), F] (None without feature layers). With `reuse`, the longest prefix of `ids` the
+        cache already holds (the previous call's prompt and answer: a chat's next turn) is kept
+        and only the rest is fed; else the cache starts empty."""
+        ids = list(ids)
+        common = 0
+        if reuse and self.cache is not None:
+            for a, b in zip(self.cached_ids, ids):
+                if a != b:
+                    break
+                common += 1
+        if common == 0:
+            self.reset()
+        elif common < self.n_cached:
+            self.cache.crop(common)
+            kept = torch.cat(self._feature_chunks)[:common] if self._feature_chunks else None
+            self._feature_chunks = [] if kept is None else [kept]
+        self.cached_ids, self.n_cached = ids[:common], common
+        if common < len(ids):
+            out = self.model.base_model(
+                input_ids=torch.tensor([ids[common:]], device=self.device),
+                position_ids=torch.arange(common, len(ids), device=self.device)[None],
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=bool(self.feature_layers),
+            )
+            self._remember(ids[common:], self._features(out.hidden_states) if self.feature_layers else None)
+        return torch.cat(self._feature_chunks) if self._feature_chunks else None
+
+    def _remember(self, tokens: list[int], features: torch.Tensor | None) -> None:
+        self.cached_ids += tokens
+        self.n_cached += len(tokens)
+        if features is not None:
+            self._feature_chunks.append(features)
 
     def tree_mask(self, tree: Tree) -> torch.Tensor:
         """[1, 1, n_nodes, n_cached + n_nodes]: the whole cached prefix plus own ancestors and self."""
         n = tree.n_nodes
-        mask = torch.ones(n, self.n_cached + n, dtype=torch.bool)
+        mask = torch.ones(n, self.n_cached + n, dtype=torch.bool, device=self.device)
         mask[:, self.n_cached :] = tree.ancestor_mask()
         if self.config._attn_implementation == "eager":
             # eager attention adds the mask to the scores, so it wants 0 / -inf, not booleans
-            additive = torch.zeros(mask.shape, dtype=self.dtype)
+            additive = torch.zeros(mask.shape, dtype=self.dtype, device=self.device)
             return additive.masked_fill(~mask, torch.finfo(self.dtype).min)[None, None]
         return mask[None, None]
 
@@ -130,15 +159,17 @@ class Target:
                 f"tree reaches position {self.n_cached + int(tree.depths.max())}, past the context limit "
                 f"{self.max_positions}"
             )
+        tokens, depths = tree.tokens.to(self.device), tree.depths.to(self.device)  # [n_nodes] each
         out = self.model(
-            input_ids=tree.tokens[None],
-            position_ids=(self.n_cached + tree.depths)[None],
+            input_ids=tokens[None],
+            position_ids=(self.n_cached + depths)[None],
             attention_mask=self.tree_mask(tree),
             past_key_values=self.cache,
             use_cache=True,
             output_hidden_states=bool(self.feature_layers),
         )
         features = self._features(out.hidden_states) if self.feature_layers else None
+        self._tree = (tree.tokens.tolist(), features)  # what commit() keeps from
         return TreeOutput(out.logits[0].float(), features)
 
     @torch.inference_mode()
@@ -149,15 +180,16 @@ class Target:
         contiguous slots right after the prefix; their positions were n_cached + depth, which is
         exactly their slot, so no re-rotation is needed.
         """
-        idx = torch.tensor(list(keep), dtype=torch.long)
+        idx = torch.tensor(list(keep), dtype=torch.long, device=self.device)
         start = self.n_cached
         if self.cache.get_seq_length() != start + n_nodes:
             raise TargetError("commit() must follow exactly one forward_tree()")
-        contiguous = bool(torch.equal(idx, torch.arange(len(idx))))
+        contiguous = list(keep) == list(range(len(keep)))
         for layer in self.cache.layers:
             if not contiguous:
                 layer.keys[:, :, start : start + len(idx)] = layer.keys[:, :, start + idx]
                 layer.values[:, :, start : start + len(idx)] = layer.values[:, :, start + idx]
             layer.keys = layer.keys[:, :, : start + len(idx)]
             layer.values = layer.values[:, :, : start + len(idx)]
-        self.n_cached = start + len(idx)
+        tokens, features = self._tree
+        self._remember([tokens[i] for i in keep], None if features is None else features[idx])

@@ -55,8 +55,11 @@ from taps.train.settings import check_pinned
 from taps.verify import SamplingConfig, Verdict
 
 if TYPE_CHECKING:
+    from taps.decode import Round
     from taps.drafters import Drafter
+    from taps.policies import Proposal
     from taps.target import Target
+    from taps.tree import Tree
 
 TRACE_DIR = "traces"  # one safetensors file per prompt, and meta.json (the recording settings)
 SCORER_DIR = "scorer"  # EdgeScorer.save layout
@@ -193,63 +196,54 @@ def pool_labels(pool: CandidatePool, logits: torch.Tensor, verdict: Verdict, sam
     return ScorerLabels(target_prob=target_prob, labelled=every, accepted=accepted, accepted_known=every.clone())
 
 
+class _PoolRecorder:
+    """A selector that verifies each round's whole candidate pool, and the `on_round` hook that
+    labels it: the round loop's seam, so recording is decoding (taps.decode.rounds) itself."""
+
+    def __init__(self, cfg: TrainScorerConfig, trace: Trace):
+        self.cfg, self.trace = cfg, trace
+        self.pool: CandidatePool | None = None
+
+    def select(self, proposal: "Proposal", budget: int) -> "Tree":
+        from taps.policies import build_pool
+        from taps.tree import Tree
+
+        self.pool = build_pool(proposal.marginals, proposal.root, self.cfg.k, self.cfg.pool_size, proposal.paths)
+        return Tree(self.pool.tokens, self.pool.parents, self.pool.depths)  # the whole pool is the round's tree
+
+    def on_round(self, r: "Round") -> None:
+        if r.proposal is not None:
+            pool, entropy = self.pool, depth_entropy(r.proposal.marginals)
+            labels = pool_labels(pool, r.logits, r.verdict, self.cfg.sampling)
+            self.trace.examples.append(ScorerExample(EdgeFeatures.from_pool(pool, entropy), labels))
+            self.trace.round_starts.append(r.proposal.context + 1)
+        self.trace.token_ids += r.committed
+        self.trace.accepted_per_round.append(len(r.committed) - 1)
+
+
 def record_trace(
     target: "Target", drafter: "Drafter", prompt_ids: Sequence[int], cfg: TrainScorerConfig,
-    generator: torch.Generator | None = None, stop_ids: Sequence[int] | None = None,
+    generator_seed: int = 0, stop_ids: Sequence[int] | None = None,
 ) -> Trace:
     """Decode `prompt_ids` verifying each round's whole candidate pool; label every pool edge.
 
-    This is the round loop of `taps.decode.generate` (same prefill, remaining-token limits, draft,
-    lookup candidates, verify, commit, stop rule) with one difference: the tree verified is the
-    whole pool, not a policy's pick from it, so that the target's distribution is known at every
-    pool node. The output is therefore still exact (any prefix-closed tree is), only with other
-    round boundaries than `generate` with the taps policy would have. No timing, no policy call.
-    `stop_ids` None = the model's EOS ids.
+    The round loop of `taps.decode` with the drafter's proposals (lookup candidates as in
+    decoding) and one difference: the tree verified is the whole pool, not a policy's pick from
+    it, so that the target's distribution is known at every pool node. The output is therefore
+    still exact (any prefix-closed tree is), only with other round boundaries than the taps
+    policy would have. `stop_ids` None = the model's EOS ids.
     """
-    from taps.decode import check_drafter, check_prompt, default_stop_ids
-    from taps.lookup import ngram_continuations
-    from taps.policies import CandidatePath, build_pool
-    from taps.tree import Tree
-    from taps.verify import verify
+    from taps.decode import DecodeConfig, Stats, check_drafter, rounds
+    from taps.rounds import DraftProposer
 
-    check_prompt(target, prompt_ids)
     check_drafter(target, drafter)
-    sampling = cfg.sampling
-    stop = set(default_stop_ids(target) if stop_ids is None else stop_ids)
-    ids = list(prompt_ids)
-    features = target.prefill(ids[:-1])  # the root (ids[-1]) enters with the first round
-    drafter.start(ids)
     trace = Trace(list(prompt_ids), [], [], [], [])
-    done = False
-    while not done:
-        remaining = min(cfg.max_new_tokens - len(trace.token_ids), target.max_positions - len(ids))
-        if remaining <= 0:
-            break
-        pool = None
-        tree = Tree.root_only(ids[-1])
-        if remaining > 1:
-            marginals = drafter.draft(ids, features)[: remaining - 1]  # [depth, vocab]
-            extra = [CandidatePath(p) for p in ngram_continuations(ids)] if cfg.lookup else []
-            pool = build_pool(marginals, ids[-1], cfg.k, cfg.pool_size, extra)
-            tree = Tree(pool.tokens, pool.parents, pool.depths)  # the whole pool is the round's tree
-        out = target.forward_tree(tree)
-        verdict = verify(tree, out.logits, sampling, generator)
-        if pool is not None:
-            trace.examples.append(ScorerExample(EdgeFeatures.from_pool(pool, depth_entropy(marginals)),
-                                                pool_labels(pool, out.logits, verdict, sampling)))
-            trace.round_starts.append(len(ids))
-        keep = [0] + verdict.accepted
-        target.commit(keep, tree.n_nodes)
-        features = out.features[keep] if out.features is not None else None
-        committed = 0
-        for tok in tree.tokens[verdict.accepted].tolist() + [verdict.bonus]:
-            ids.append(tok)
-            trace.token_ids.append(tok)
-            committed += 1
-            if tok in stop:
-                done = True
-                break
-        trace.accepted_per_round.append(committed - 1)
+    recorder = _PoolRecorder(cfg, trace)
+    decode = DecodeConfig(method="taps", budget=cfg.pool_size, max_new_tokens=cfg.max_new_tokens,
+                          sampling=cfg.sampling, stop_ids=None if stop_ids is None else tuple(stop_ids),
+                          seed=generator_seed)
+    for r in rounds(target, prompt_ids, decode, DraftProposer(drafter, lookup=cfg.lookup), recorder.select, Stats()):
+        recorder.on_round(r)
     return trace
 
 
@@ -344,8 +338,7 @@ def record_traces(
         for i in tqdm(missing, disable=not cfg.progress, desc="record traces", unit="prompt"):
             p = prompts[i]
             ids = target.encode(p, chat=cfg.chat_template) if isinstance(p, str) else [int(t) for t in p]
-            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + i)
-            save_trace(record_trace(target, drafter, ids, cfg, gen), paths[i], keys[i])
+            save_trace(record_trace(target, drafter, ids, cfg, cfg.seed * 1_000_003 + i), paths[i], keys[i])
     return [load_trace(path) for path in paths]
 
 

@@ -1,0 +1,231 @@
+"""The composition root and the public API: names or loaded models -> a ready `Speculator`.
+
+    import taps
+    spec = taps.load("qwen2.5-coder-1.5b")              # its shipped drafter, method taps
+    print(spec.generate("Write a quicksort in Python.").text)
+    for piece in spec.stream([{"role": "user", "content": "Hi!"}]):
+        print(piece, end="")
+
+`load` is the one place that turns what a user names (a packaged model, a folder, a hub id, or
+objects already loaded) into a target, a drafter, a latency profile, a scorer and a method
+(docs/layout.md). The CLI, the benchmark, `taps profile`, `taps train-scorer` and the server
+all build their parts here. Nothing process-wide changes on import; on load only what the
+arguments say (`flush_denormal`).
+
+A `Speculator` decodes one request at a time (it owns the target's KV cache). A call whose
+prompt starts with everything the previous call left in the cache (its prompt and answer,
+e.g. the next turn of a chat) reuses that cache instead of prefilling it again.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from taps.costmodel import LatencyProfile, saved_profile
+from taps.decode import DecodeConfig, GenerationResult, Round, Stats, check_drafter, rounds
+from taps.drafters import Drafter, load_drafter, shipped_drafter, shipped_scorer
+from taps.methods import Method
+from taps.rounds import Rollout
+from taps.scorer import EdgeScorer, Scorer
+from taps.target import Target
+from taps.text import TextStream
+from taps.verify import SamplingConfig
+
+Prompt = str | Sequence[dict] | Sequence[int]  # text (chat template applied), chat messages, or token ids
+
+
+def load(
+    target,
+    drafter=None,
+    *,
+    method: str = "taps",
+    budget: int | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    tokenizer=None,
+    profile: LatencyProfile | str | None = None,
+    scorer: Scorer | str | bool | None = None,
+    drafter_quant: str = "none",
+    linear: str | None = None,
+    block_len: int | None = None,
+    rollout: Rollout = Rollout(),
+    flush_denormal: bool = True,
+) -> Speculator:
+    """A ready speculative decoder.
+
+    target: a packaged model name (`taps models list`), a local Hugging Face folder, a hub id,
+        or a loaded `transformers` causal LM (then pass its `tokenizer`).
+    drafter: a drafter folder (DFlash or grown layout), a test drafter name (oracle, noisy, random),
+        a loaded `Drafter`, or None: the drafter taps ships for a packaged target.
+    method: `NAME[+OPTION...]` (taps.methods); budget: most drafted nodes per round (None: the
+        method's default). dtype: "float32" (exact) or "bfloat16" (default for names; a loaded
+        model keeps its own). device: "cpu", "cuda", "mps" (default: the model's, else cpu).
+    profile: a LatencyProfile or its JSON path (None: the one `taps profile` saved for this target,
+        dtype and kernel, else the stated default). scorer: an edge scorer, its folder, False for
+        plain marginals, None for the drafter's own (taps only).
+    drafter_quant: "int8" runs a trained drafter's linear layers in int8 (CPU only).
+    linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
+        else onednn where available). flush_denormal: flush denormal floats to zero, process-wide
+        (8x faster float32 decoding on x86 here; pass False to leave torch's setting alone).
+    """
+    from taps.assets import DTYPES, load_model
+    from taps.quantize import check_scheme
+
+    parsed = Method.parse(method)
+    check_scheme(drafter_quant)
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if flush_denormal:
+        torch.set_flush_denormal(True)
+    if isinstance(target, str):
+        name = target
+        dtype = dtype or "bfloat16"
+        model, tok = load_model(target, dtype=DTYPES[dtype], linear=linear, device=device)
+    else:
+        name, model, tok = getattr(target, "name_or_path", "") or type(target).__name__, target, tokenizer
+        if dtype is not None:
+            model = model.to(DTYPES[dtype])
+        if device is not None:
+            model = model.to(device)
+        dtype = str(model.dtype).removeprefix("torch.")
+    if drafter_quant != "none" and model.device.type != "cpu":
+        raise ValueError(f"--drafter-quant {drafter_quant} runs on the CPU only; the target is on {model.device}")
+    tgt = Target(model, tok)
+    if not parsed.needs_draft:
+        drafter = None
+    elif drafter is None:
+        drafter = shipped_drafter(name)
+        if drafter is None:
+            raise ValueError(f"taps ships no drafter for {name!r}: pass a drafter (a trained drafter folder, a "
+                             "hub id in DFlash layout, or a test drafter) or use method='ar'")
+    folder = drafter if isinstance(drafter, str) else None
+    if folder is not None:
+        drafter = load_drafter(folder, tgt, block_len=block_len, quantize=drafter_quant)
+    elif drafter is not None:
+        tgt.read_features(drafter.feature_layers)
+        check_drafter(tgt, drafter)
+    if isinstance(profile, (str, Path)):
+        profile = LatencyProfile.load(profile)
+    elif profile is None and isinstance(target, str):
+        profile = saved_profile(name, dtype, linear, drafter_quant=drafter_quant)
+    if scorer is None or scorer is True:
+        scorer = shipped_scorer(folder)
+    if isinstance(scorer, (str, Path)):
+        scorer = EdgeScorer.load(scorer)
+    return Speculator(tgt, drafter, str(parsed), budget, profile, scorer or None, name, rollout, drafter_name=folder)
+
+
+class Speculator:
+    """A target and its drafter, ready to decode; see `load`."""
+
+    def __init__(self, target: Target, drafter: Drafter | None, method: str = "taps", budget: int | None = None,
+                 profile: LatencyProfile | None = None, scorer: Scorer | None = None, name: str = "",
+                 rollout: Rollout = Rollout(), drafter_name: str | None = None):
+        self.target, self.drafter, self.profile, self.scorer = target, drafter, profile, scorer
+        self.method, self.budget, self.name, self.rollout = method, budget, name, rollout
+        self.drafter_name = drafter_name  # the drafter's folder or test name as given, for records
+        self.last_result: GenerationResult | None = None  # of the last generate or exhausted stream
+
+    @property
+    def tokenizer(self):
+        return self.target.tokenizer
+
+    @property
+    def max_positions(self) -> int:
+        return self.target.max_positions
+
+    def encode(self, prompt: Prompt, chat: bool = True) -> list[int]:
+        """Text through the chat template (as it is with chat=False), messages through the chat
+        template, token ids as they are."""
+        if isinstance(prompt, str):
+            return self.target.encode(prompt, chat=chat)
+        prompt = list(prompt)
+        if prompt and all(isinstance(m, dict) for m in prompt):
+            return self.target.encode_chat(prompt)
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return prompt
+        raise ValueError("a prompt is a string, a list of {'role', 'content'} messages, or a list of token ids")
+
+    def config(self, *, method: str | None = None, budget: int | None = None, max_new_tokens: int = 128,
+               temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
+               stop_ids: Sequence[int] | None = None) -> DecodeConfig:
+        """The DecodeConfig of one call: this speculator's method and budget unless given."""
+        spec = Method.parse(method or self.method)
+        budget = budget or self.budget
+        if budget is None:  # a chain is as long as the drafter's block; trees take the method's default
+            chained = spec.name == "chain" and self.drafter is not None
+            budget = self.drafter.block_len if chained else spec.default_budget or 1
+        return DecodeConfig(method=str(spec), budget=budget, max_new_tokens=max_new_tokens,
+                            sampling=SamplingConfig(temperature, top_k, top_p), seed=seed,
+                            stop_ids=None if stop_ids is None else tuple(stop_ids), rollout=self.rollout)
+
+    def stream(self, prompt: Prompt, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
+               top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, method: str | None = None,
+               budget: int | None = None, chat: bool = True,
+               on_round: Callable[[Round], None] | None = None) -> Iterator[str]:
+        """Text pieces as rounds commit tokens; they concatenate to the `.text` of `generate` with the
+        same arguments. Closing the iterator ends decoding at the next round; once it is exhausted,
+        `last_result` holds the GenerationResult."""
+        cfg = self.config(method=method, budget=budget, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_p=top_p, top_k=top_k, seed=seed)
+        return self._run(self.encode(prompt, chat), cfg, tuple(stop or ()), on_round, text=True)
+
+    def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, method: str | None = None,
+                 budget: int | None = None, chat: bool = True, streamer=None,
+                 on_round: Callable[[Round], None] | None = None) -> GenerationResult:
+        """Decode one prompt. `stop`: strings that end the answer (cut before them, finish_reason
+        "stop"); `streamer`: a transformers-style streamer (`put(token_ids)`, `end()`) fed each
+        round's committed tokens; `on_round` sees every round (taps.decode.Round)."""
+        cfg = self.config(method=method, budget=budget, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_p=top_p, top_k=top_k, seed=seed)
+        ids = self.encode(prompt, chat)
+        if streamer is not None:
+            streamer.put(torch.tensor(ids))  # transformers' streamers skip the prompt they are given first
+
+            def feed(r: Round, inner=on_round) -> None:
+                streamer.put(torch.tensor(r.committed))
+                if inner is not None:
+                    inner(r)
+
+            on_round = feed
+        for _ in self._run(ids, cfg, tuple(stop or ()), on_round, text=bool(stop)):
+            pass
+        if streamer is not None:
+            streamer.end()
+        return self.last_result
+
+    def _run(self, ids: list[int], cfg: DecodeConfig, stop: tuple[str, ...],
+             on_round: Callable[[Round], None] | None, text: bool) -> Iterator[str]:
+        """The loop (taps.decode.rounds) with text: pieces are decoded only when `text` is asked,
+        so plain generation pays no detokenization per round."""
+        proposer, select = Method.parse(cfg.method).build(self.drafter, self.profile, self.scorer, cfg.rollout)
+        stats, new = Stats(), []
+        detok = TextStream(self.tokenizer, stop) if text else None
+        t_start = time.perf_counter()
+        try:
+            for r in rounds(self.target, ids, cfg, proposer, select, stats, reuse_prefix=True):
+                new += r.committed
+                if on_round is not None:
+                    on_round(r)
+                if detok is not None:
+                    piece = detok.push(r.committed)
+                    if piece:
+                        yield piece
+                    if detok.stopped:
+                        stats.finish_reason = "stop"
+                        break
+            if detok is not None and (rest := detok.flush()):
+                yield rest
+        finally:
+            stats.seconds = time.perf_counter() - t_start
+            if detok is not None and detok.stopped:
+                new = new[: detok.stop_tokens]
+            text_out = detok.text if detok is not None else (
+                self.tokenizer.decode(new, skip_special_tokens=True) if self.tokenizer is not None else "")
+            stats.new_tokens = len(new)
+            self.last_result = GenerationResult(new, text_out, cfg.method, stats, stats.finish_reason, len(ids))

@@ -1,0 +1,137 @@
+"""Proposers: what a round offers the tree policy (docs/method.md sections 1 and 6).
+
+A proposer is called once per round with the committed ids (the root last), the most tokens the
+round may still draft (`depth`: the max_new_tokens and context limits, exactly; 0 when only the
+bonus token fits) and the budget, and returns a `Proposal` (taps.policies), or None: the tree is
+the root alone (plain decoding, or depth 0). After verification it is told the tree verified,
+what the round committed and the target features of the kept nodes. Each proposer owns what the budget means
+to it: a rollout never steps past what a tree of `budget` nodes could verify whole, a copy round
+verifies at most `budget` copied tokens.
+
+- `DraftProposer`: the drafter's block pass, optionally deepened by a greedy rollout (grown
+  drafters) and joined by n-gram lookup candidates.
+- `CopyProposer`: an n-gram continuation verified alone when modelled faster than drafting
+  (taps.copying), else its fallback's proposal.
+
+The drafter's feature bookkeeping lives here: features of committed tokens accumulate until the
+next draft consumes them, so a copy round (no draft) loses none.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+from taps.copying import Continuation, CopyPlanner
+from taps.drafters import Drafter
+from taps.lookup import ngram_continuations
+from taps.policies import CandidatePath, Proposal
+from taps.tree import Tree
+
+
+class Proposer(Protocol):
+    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
+        """A sequence begins: `ids` is the prompt, `features` [len(ids) - 1, F] those of the prefilled tokens."""
+
+    def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
+        """This round's proposal for at most `depth` drafted tokens, or None: the root alone."""
+
+    def observe(self, tree: Tree, committed: Sequence[int], features: torch.Tensor | None) -> None:
+        """After verification: the tree verified, the tokens committed and the target features [k, F]
+        of the kept nodes (None when the target gives none)."""
+
+
+class NoProposer:
+    """Plain autoregressive decoding: no drafter is called, every tree is the root alone."""
+
+    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
+        pass
+
+    def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
+        return None
+
+    def observe(self, tree: Tree, committed: Sequence[int], features: torch.Tensor | None) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Deepen each block draft along the drafter's greedy path (grown drafters, taps.drafters.grown)."""
+
+    steps: int = 64  # most greedy drafter steps after the block pass
+    reach: float = 0.2  # stop when the path's drafter probability falls under this
+
+    def __post_init__(self):
+        if self.steps < 0 or not 0 <= self.reach <= 1:
+            raise ValueError(f"need rollout steps >= 0 and 0 <= reach <= 1, got {self.steps}, {self.reach}")
+
+
+class DraftProposer:
+    """The drafter's marginals, deepened by `rollout` when given, with n-gram lookup paths when `lookup`."""
+
+    def __init__(self, drafter: Drafter, lookup: bool = False, rollout: Rollout | None = None):
+        if rollout is not None and not callable(getattr(drafter, "rollout", None)):
+            raise ValueError("rollout deepens drafts with the drafter's own greedy steps, which only a grown drafter "
+                             "can take; use a grown drafter, or a method without +rollout")
+        self.drafter, self.lookup, self.rollout = drafter, lookup, rollout
+        self.pending: torch.Tensor | None = None  # features of committed tokens the drafter has not been given
+        self.draft_seconds = 0.0  # the last draft's time (block pass and rollout), for copy planning
+
+    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
+        self.pending = features
+        self.drafter.start(ids)
+
+    def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
+        if depth == 0:
+            return None
+        t = time.perf_counter()
+        marginals = self.drafter.draft(ids, self.pending)  # [L, vocab]
+        self.pending = None
+        if self.rollout is not None:
+            # a path longer than budget - 1 tokens could not be verified whole: no step past it
+            steps = min(self.rollout.steps, depth - 1, budget - 1)
+            marginals = self.drafter.rollout(marginals, steps, self.rollout.reach)  # [L + steps', vocab]
+        self.draft_seconds = time.perf_counter() - t
+        paths = tuple(CandidatePath(p) for p in ngram_continuations(ids)) if self.lookup else ()
+        return Proposal(
+            root=ids[-1],
+            marginals=marginals[:depth],  # [depth, vocab]
+            paths=paths,
+            context=len(ids) - 1,
+            draft_seconds=self.draft_seconds if self.rollout is not None else None,
+        )
+
+    def observe(self, tree: Tree, committed: Sequence[int], features: torch.Tensor | None) -> None:
+        if features is not None:
+            self.pending = features if self.pending is None else torch.cat([self.pending, features])
+
+
+class CopyProposer:
+    """Copy rounds (taps.copying): verify an n-gram continuation alone when the planner models it
+    faster than a drafted round; otherwise `fallback` drafts. The planner learns from every round."""
+
+    def __init__(self, fallback: DraftProposer, planner: CopyPlanner):
+        self.fallback, self.planner = fallback, planner
+        self.path = Continuation([])  # this round's continuation (tokens empty: none found)
+        self.drafted = False  # whether this round's proposal came from the drafter
+
+    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
+        self.fallback.start(ids, features)
+
+    def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
+        self.path = self.planner.continuation(ids)
+        tree = self.planner.copy_tree(ids[-1], self.path, min(budget, depth), len(ids) - 1)
+        if tree is not None:
+            self.drafted = False
+            return Proposal(root=ids[-1], marginals=torch.empty(0, 0), context=len(ids) - 1, fixed=tree)
+        proposal = self.fallback.propose(ids, depth, budget)
+        self.drafted = proposal is not None
+        return proposal
+
+    def observe(self, tree: Tree, committed: Sequence[int], features: torch.Tensor | None) -> None:
+        self.planner.observe(self.path, committed, tree.n_draft if self.drafted else None,
+                             self.fallback.draft_seconds if self.drafted else 0.0)
+        self.fallback.observe(tree, committed, features)
