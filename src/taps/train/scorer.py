@@ -75,7 +75,7 @@ class TrainScorerConfig:
     target: str  # the target: packaged model name, folder or hub id (a label only when a Target is passed in)
     drafter: str  # a trained drafter folder or a test drafter name (oracle, noisy, random)
     out: str  # output folder: traces/ (reused), scorer/ (EdgeScorer.save), log.jsonl
-    prompts: int = 64  # training prompts (taps.train.data.training_prompts: never evaluation prompts)
+    prompts: int = 64  # training prompts (taps.train.prompts.training_prompts: never evaluation prompts)
     prompt_seed: int = 0  # which training prompts (the seed of training_prompts)
     chat_template: bool = True  # prompts go through the target's chat template
     block_len: int | None = None  # a test drafter's positions per round; None = its default (a trained one has its own)
@@ -317,7 +317,8 @@ def record_traces(
     from tqdm import tqdm
 
     if prompts is None:
-        from taps.train.data import check_no_eval_overlap, training_prompts
+        from taps.train.overlap import check_no_eval_overlap
+        from taps.train.prompts import training_prompts
 
         prompts = training_prompts(cfg.prompts, cfg.prompt_seed)
         check_no_eval_overlap(prompts)
