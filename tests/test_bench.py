@@ -1,12 +1,16 @@
-"""The benchmark harness without models: plan order, resumption, torn or garbage lines, interrupted
-runs, and summaries recomputed from the raw records."""
+"""The benchmark harness without models: plan order, resumption, torn or damaged lines, interrupted
+runs, settings pinned per results file, question files checked whole, and summaries recomputed
+from the raw records."""
 
 import json
 
 import pytest
 
 from taps import bench
-from taps.datasets import Prompt
+from taps.cli import main
+from taps.datasets import SPEC_BENCH_FILE, Prompt, load_prompts
+from taps.records import Run, read_records, read_settings, record_key
+from taps.summary import summarize, write_spec_bench_answers
 
 PROMPTS = [Prompt("humaneval", f"HumanEval/{i}", "coding", (f"task {i}",)) for i in range(3)]
 METHODS = ("ar", "chain", "ddtree", "hf-assisted")
@@ -45,10 +49,10 @@ class FakeRunner:
                 raise KeyboardInterrupt
             self.recorded.append((prompt.id, temperature, method, budget))
         if method in bench.PEERS:
-            return bench.Run([[1, 2, 3, 4]], ["a b c d"], [0.2])
+            return Run([[1, 2, 3, 4]], ["a b c d"], [0.2])
         accepted = [0, 0, 0, 0] if method == "ar" else [1, 2]
         ids = [[7] * sum(a + 1 for a in accepted)]
-        return bench.Run(ids, ["x"], [0.1 * len(accepted)], [len(accepted)], accepted,
+        return Run(ids, ["x"], [0.1 * len(accepted)], [len(accepted)], accepted,
                          [budget or 0] * len(accepted), {"verify": 0.05, "prefill": 0.01})  # fmt: skip
 
 
@@ -67,7 +71,7 @@ def harness(monkeypatch):
 
 
 def keys(records):
-    return [bench.record_key(r) for r in records]
+    return [record_key(r) for r in records]
 
 
 def test_plan_interleaves_methods_per_prompt_and_budgets_only_speculative_methods(harness):
@@ -99,7 +103,7 @@ def test_a_rerun_skips_finished_records_and_writes_no_duplicates(harness, tmp_pa
     assert keys(bench.run_bench(config(), out, progress=False)) == keys(records)
     assert again.recorded == [] and FakeSession.created == 1  # no models loaded for nothing to do
     lines = out.read_text().splitlines()
-    assert len(lines) == len(records) == len(set(keys(bench.read_records(out))))
+    assert len(lines) == 1 + len(records) == 1 + len(set(keys(read_records(out))))  # the settings line first
 
 
 def test_a_larger_config_runs_only_what_is_missing(harness, tmp_path):
@@ -128,8 +132,8 @@ def test_an_interrupted_run_keeps_completed_records_and_a_rerun_completes_the_re
     crashed = harness(FakeRunner(fail_at=5))
     with pytest.raises(KeyboardInterrupt):
         bench.run_bench(config(), out, progress=False)
-    kept = bench.read_records(out)
-    assert len(kept) == 5 and len(out.read_text().splitlines()) == 5
+    kept = read_records(out)
+    assert len(kept) == 5 and len(out.read_text().splitlines()) == 1 + 5
 
     rest = harness(FakeRunner())
     records = bench.run_bench(config(), out, progress=False)
@@ -146,27 +150,28 @@ def test_a_torn_last_record_is_skipped_and_rerun(harness, tmp_path):
     records = bench.run_bench(config(), out, progress=False)
     text = out.read_text()
     out.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # crash halfway through the last write
-    assert keys(bench.read_records(out)) == keys(records[:-1])
+    assert keys(read_records(out)) == keys(records[:-1])
 
     rerun = harness(FakeRunner())
-    assert keys(bench.run_bench(config(), out, progress=False)) == keys(records)
+    with pytest.warns(UserWarning, match="cut short by an interrupted write"):
+        assert keys(bench.run_bench(config(), out, progress=False)) == keys(records)
     assert len(rerun.recorded) == 1
+    assert read_records(out) == json.loads("[" + ",".join(out.read_text().splitlines()[1:]) + "]")  # all whole
 
 
-def test_garbage_lines_are_skipped_and_the_next_append_starts_on_its_own_line(tmp_path):
+def test_a_damaged_line_before_the_last_is_an_error_naming_file_and_line(harness, tmp_path):
     out = tmp_path / "results.jsonl"
-    good = {"dataset": "d", "prompt_id": "0", "method": "ar", "budget": None, "temperature": 0.0, "new_tokens": 3}
-    bench.append_record(out, good)
-    with open(out, "ab") as f:
-        f.write(b"not json\n[1, 2]\n" + b'{"dataset": "d"}\n'  # not records: bad JSON, a list, missing keys
-                + b"\xff\xfe\x00 binary\n"  # bytes that are not UTF-8 (a corrupted block)
-                + b'{"dataset": "d", "prompt_id": "1", "met')  # a torn tail, no newline
-    assert bench.read_records(out) == [good]
-
-    later = {**good, "prompt_id": "2"}
-    bench.append_record(out, later)
-    assert bench.read_records(out) == [good, later]
-    assert out.read_bytes().endswith((json.dumps(later) + "\n").encode())
+    harness(FakeRunner())
+    bench.run_bench(config(limit=1), out, progress=False)
+    lines = out.read_bytes().split(b"\n")
+    for damage in (b"not json", b"\xff\xfe\x00 binary", b"[1, 2]", b'{"dataset": "d"}'):
+        out.write_bytes(b"\n".join([*lines[:3], damage, *lines[3:]]))
+        with pytest.raises(ValueError, match=rf"{out}:4: "):
+            read_records(out, required=bench.KEY_FIELDS)
+        harness(FakeRunner())
+        with pytest.raises(ValueError, match=rf"{out}:4: "):  # and nothing is appended after it
+            bench.run_bench(config(limit=1), out, progress=False)
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 2
 
 
 def test_summaries_are_recomputed_from_the_raw_records(harness, tmp_path):
@@ -177,7 +182,7 @@ def test_summaries_are_recomputed_from_the_raw_records(harness, tmp_path):
     def chain4_at_0(rows):
         return next(r for r in rows if (r["method"], r["budget"], r["temperature"]) == ("chain", 4, 0.0))
 
-    before = chain4_at_0(bench.summarize(bench.read_records(out)))
+    before = chain4_at_0(summarize(read_records(out)))
     assert before["tau"] == pytest.approx(5 / 2)  # 5 tokens in 2 rounds on every prompt
     assert before["speedup_vs_ar"] == pytest.approx((5 / 0.2) / (4 / 0.4))
 
@@ -187,7 +192,7 @@ def test_summaries_are_recomputed_from_the_raw_records(harness, tmp_path):
     target.update(token_ids=[[7] * 9], new_tokens=9, rounds=[3], accepted_per_round=[2, 2, 2], total_seconds=0.4)
     out.write_text("".join(json.dumps(r) + "\n" for r in edited))
 
-    after = chain4_at_0(bench.summarize(bench.read_records(out)))
+    after = chain4_at_0(summarize(read_records(out)))
     assert after["tau"] == pytest.approx((5 + 5 + 9) / (2 + 2 + 3))
     assert after["tokens_per_second"] == pytest.approx(25.0)  # median of 25, 25, 22.5
     assert after["match_rate_vs_ar"] == 0.0  # ar committed 4 tokens, chain 5 or 9
@@ -215,7 +220,7 @@ def test_spec_bench_answer_files_feed_its_speed_and_equal_scripts(tmp_path):
         answer_record("spec-bench", "9", "writing", "ar", None, [0] * 4, 1.0),
         answer_record("spec-bench", "9", "writing", "chain", 4, [3], 0.5),
     ]
-    paths = bench.write_spec_bench_answers(records, tmp_path)
+    paths = write_spec_bench_answers(records, tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in paths) == [
         "humaneval/ar-t0.0.jsonl", "spec-bench/ar-t0.0.jsonl", "spec-bench/chain-b4-t0.0.jsonl"]
     ar, chain = read_jsonl(tmp_path / "spec-bench/ar-t0.0.jsonl"), read_jsonl(tmp_path / "spec-bench/chain-b4-t0.0.jsonl")
@@ -233,17 +238,90 @@ def test_a_file_never_mixes_dtypes_drafter_precisions_or_machines(harness, tmp_p
     harness(FakeRunner())
     out = tmp_path / "r.jsonl"
     bench.run_bench(config(limit=1), out, progress=False)
-    n = len(bench.read_records(out))
+    n = len(read_records(out))
     for other in ({"drafter_quant": "int8"}, {"dtype": "float32"}):
         cfg = bench.BenchConfig(**{**config(limit=2).__dict__, **other})
-        with pytest.raises(ValueError, match=f"holds runs with {next(iter(other))}"):
+        name, value = next(iter(other.items()))
+        with pytest.raises(ValueError, match=rf"other settings \({name}: '[a-z0-9]+' in the file, '{value}' now"):
             bench.run_bench(cfg, out, progress=False)
     monkeypatch.setattr(bench, "cpu_name", lambda: "Other CPU (avx2)")  # a later session on another machine
-    with pytest.raises(ValueError, match="holds runs with cpu .*this run has Other CPU"):
+    with pytest.raises(ValueError, match="cpu: .* in the file, 'Other CPU \\(avx2\\)' now"):
         bench.run_bench(config(limit=2), out, progress=False)
-    assert len(bench.read_records(out)) == n
+    assert len(read_records(out)) == n
     with pytest.raises(ValueError, match="unknown drafter quantization"):
         bench.BenchConfig(drafter="oracle", drafter_quant="int3")
+
+
+# every setting that changes a record's numbers, with another value (issue 20, item 1)
+NUMBER_SETTINGS = {
+    "max_new_tokens": 64, "drafter": "oracle-2", "seed": 1, "dtype": "float32", "scorer": "some/scorer",
+    "profile": "profile.json", "lookup": False, "drafter_quant": "int8", "rollout_steps": 8, "rollout_reach": 0.5,
+    "block_len": 7, "target": "qwen2.5-coder-1.5b", "assistant": "other-assistant", "turns": 1,
+}  # fmt: skip
+
+
+def test_a_rerun_with_a_setting_that_changes_numbers_is_refused_naming_it(harness, tmp_path):
+    out = tmp_path / "r.jsonl"
+    first = harness(FakeRunner())
+    records = bench.run_bench(config(limit=1), out, progress=False)
+    pinned = read_settings(out)
+    assert set(NUMBER_SETTINGS) <= set(pinned) and {"cpu", "linear", "spec_bench"} <= set(pinned)
+    before = out.read_bytes()
+    for name, value in NUMBER_SETTINGS.items():
+        rerun = harness(FakeRunner())
+        cfg = bench.BenchConfig(**{**config(limit=1).__dict__, name: value})
+        with pytest.raises(ValueError, match=rf"other settings \({name}: .* in the file, {value!r} now\).*another --out"):
+            bench.run_bench(cfg, out, progress=False)
+        assert rerun.recorded == [] and out.read_bytes() == before  # refused before any model or write
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(SPEC_BENCH_FILE.read_text().replace("Hawaii", "Iceland"))  # other questions, same ids
+    with pytest.raises(ValueError, match=r"spec_bench: '[0-9a-f]+' in the file"):
+        bench.run_bench(bench.BenchConfig(**{**config(limit=1).__dict__, "spec_bench": str(questions)}), out,
+                        progress=False)
+    # what only selects records stays free: more prompts, methods, budgets, temperatures run the new records
+    more = harness(FakeRunner())
+    wider = bench.BenchConfig(drafter="oracle", methods=(*METHODS, "taps"), limit=2, temperatures=(0.0, 0.5),
+                              budgets=(4, 8), max_new_tokens=MAX_NEW)  # fmt: skip
+    assert len(bench.run_bench(wider, out, progress=False)) == len(bench.plan(wider))
+    wanted = {(p.dataset, p.id, m, b, t) for p, t, m, b in bench.plan(wider)}
+    assert len(more.recorded) == len(wanted - set(keys(records))) > 0 and first.recorded
+    assert len(read_records(out)) == len(set(keys(read_records(out))))
+
+
+def test_the_bench_command_refuses_a_changed_setting_before_loading_models(harness, tmp_path, capsys):
+    from taps.drafters import default_drafter
+
+    out = tmp_path / "r.jsonl"
+    harness(FakeRunner())
+    bench.run_bench(bench.BenchConfig(drafter=default_drafter("smollm2-135m"), methods=("ar", "chain"), limit=1),
+                    out, progress=False)  # what `taps bench --methods ar,chain --limit 1` records
+    before, sessions = out.read_bytes(), FakeSession.created
+    argv = ["bench", "--methods", "ar,chain", "--limit", "1", "--out", str(out)]
+    assert main([*argv, "--max-new-tokens", "64", "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"taps: error: {out} holds records made with other settings (max_new_tokens: 128 in the "
+                          "file, 64 now; seed: 0 in the file, 3 now)") and "Traceback" not in err
+    assert out.read_bytes() == before and FakeSession.created == sessions  # no model loaded
+
+
+def test_a_file_without_pinned_settings_reads_but_is_not_resumed(harness, tmp_path):
+    out = tmp_path / "old.jsonl"
+    harness(FakeRunner())
+    records = bench.run_bench(config(limit=1), out, progress=False)
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))  # as taps wrote them before pinning
+    assert read_records(out, required=bench.KEY_FIELDS) == records and read_settings(out) is None
+    with pytest.raises(ValueError, match="written before taps pinned settings.*another --out"):
+        bench.run_bench(config(limit=1), out, progress=False)
+
+
+def test_an_unwritable_out_fails_before_any_model_loads(harness, tmp_path):
+    harness(FakeRunner())
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker / "r.jsonl", tmp_path):
+        with pytest.raises(ValueError, match=f"{out}"):
+            bench.run_bench(config(limit=1), out, progress=False)
+    assert FakeSession.created == 0
 
 
 def test_categories_choose_within_the_sets_that_have_them(monkeypatch):
@@ -259,3 +337,57 @@ def test_categories_choose_within_the_sets_that_have_them(monkeypatch):
     assert len(bench.plan(cfg())) == 4
     with pytest.raises(ValueError, match=r"in categories \['writing'\]"):
         bench.plan(cfg("translation", "writing"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Question files are checked whole before any model loads (issue 20, items 2 and 5)
+# ---------------------------------------------------------------------------------------------
+
+GOOD = json.dumps({"question_id": 1, "category": "writing", "turns": ["Write a haiku.", "Now in French."]})
+BAD_QUESTIONS = {  # line 2 of the file -> (what the message must name)
+    "string turns": ('{"question_id": 2, "category": "qa", "turns": "Why is the sky blue?"}', "field 'turns'"),
+    "no turns": ('{"question_id": 2, "category": "qa", "turns": []}', "field 'turns'"),
+    "an empty turn": ('{"question_id": 2, "category": "qa", "turns": ["Why?", " "]}', "field 'turns': turn 2"),
+    "a turn not text": ('{"question_id": 2, "category": "qa", "turns": [3]}', "field 'turns': turn 1"),
+    "turns missing": ('{"question_id": 2, "category": "qa"}', "field 'turns' is missing"),
+    "id missing": ('{"category": "qa", "turns": ["Why?"]}', "field 'question_id' is missing"),
+    "category empty": ('{"question_id": 2, "category": "", "turns": ["Why?"]}', "field 'category'"),
+    "malformed JSON": ('{"question_id": 2, "category": "qa", "turns": ["Why?"', "not a JSON line"),
+    "not an object": ('["Why?"]', "a question must be a JSON object"),
+    "a repeated id": ('{"question_id": 1, "category": "qa", "turns": ["Why?"]}', "field 'question_id': 1 is also on line 1"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_QUESTIONS)
+def test_a_bad_question_line_names_file_line_and_field(tmp_path, case):
+    line, message = BAD_QUESTIONS[case]
+    path = tmp_path / "question.jsonl"
+    path.write_text(f"{GOOD}\n{line}\n{GOOD.replace('1', '3', 1)}\n")
+    with pytest.raises(ValueError, match=rf"^{path}:2: .*{message}".replace("(", r"\(").replace(")", r"\)")):
+        load_prompts("spec-bench", limit=1, path=str(path))  # limit 1: the bad line is past it, still checked
+
+
+def test_an_empty_or_missing_question_file_is_an_error(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(ValueError, match=f"{empty} holds no questions"):
+        load_prompts("spec-bench", path=str(empty))
+    with pytest.raises(ValueError, match="question file not found"):
+        load_prompts("spec-bench", path=str(tmp_path / "missing.jsonl"))
+
+
+def test_spec_bench_reads_the_copy_taps_ships_by_default():
+    prompts = load_prompts("spec-bench", limit=1)
+    assert len(prompts) == 13 and len({p.category for p in prompts}) == 13  # one per category
+    assert len(load_prompts("spec-bench")) == 480
+    assert all(p.turns and all(isinstance(t, str) and t for t in p.turns) for p in load_prompts("spec-bench"))
+
+
+def test_bench_refuses_a_bad_question_file_in_one_line_before_loading_models(tmp_path, capsys):
+    questions, out = tmp_path / "question.jsonl", tmp_path / "r.jsonl"
+    questions.write_text(f"{GOOD}\n{BAD_QUESTIONS['string turns'][0]}\n")
+    argv = ["bench", "--methods", "ar", "--datasets", "spec-bench", "--spec-bench", str(questions), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"taps: error: {questions}:2: field 'turns'") and "Traceback" not in err
+    assert not out.exists()

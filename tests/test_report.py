@@ -1,14 +1,23 @@
-"""The benchmark report: table numbers recomputed by hand from raw records, plots written as PNG."""
+"""The benchmark report: table numbers recomputed by hand from raw records, plots written as PNG,
+and `taps report` in a process that cannot import torch."""
 
 import itertools
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from taps.bench import summarize
-from taps.report import (complete_only, head_to_head, markdown_table, pooled_rows, rival_matrix, round_costs,
-                         same_size_tau, speedup_matrix, stage_shares, tau_at_size, taps_rival_rows, write_report)
+import taps
+from taps.records import RecordFile
+from taps.report import (complete_only, head_to_head, markdown_table, rival_matrix, round_costs, same_size_tau,
+                         speedup_matrix, tau_at_size, taps_rival_rows, write_report)
+from taps.report_plots import plot_learning_curves, stage_shares
+from taps.summary import pooled_rows, summarize
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -285,8 +294,6 @@ def test_each_distinct_environment_gets_its_own_line(tmp_path):
 
 
 def test_learning_curves_of_two_drafter_kinds(tmp_path):
-    from taps.report import plot_learning_curves
-
     log = [{"step": s, "eval_slot_acc": [0.1 * s, 0.05 * s]} for s in range(4)] + [{"step": 4, "train_loss": 1.0}]
     path = tmp_path / "curve.png"
     assert plot_learning_curves({"dflash": (log, 200.0), "grown": (log[:2], 500.0)}, path)
@@ -341,3 +348,62 @@ def test_round_costs_are_stage_seconds_per_round_over_one_ar_round(tmp_path):
     assert rows["ar"]["verify_vs_forward"] == pytest.approx(1.0)
     text = write_report([ar, chain, peer], tmp_path).read_text()
     assert "| humaneval | 0.0 | chain | 7 | 5 | 50.0 | 200.0 | 0.50 | 2.00 |" in text
+
+
+def test_a_record_of_no_rounds_reports_without_tau():
+    # a run that committed nothing (an empty answer) has 0 rounds: no tau, and no crash
+    records = synthetic_records()
+    empty = make_record("humaneval", "HumanEval/9", "chain", 4, 0.0, [[]], accepted=[[]])
+    empty["total_seconds"] = 0.0
+    row = next(x for x in summarize([empty]) if x["method"] == "chain")
+    assert row["tau"] is None and row["tokens_per_second"] is None
+    records.append(empty)
+    assert summarize(records) and same_size_tau(records) and round_costs(records) and speedup_matrix(records)
+
+
+BLOCK_TORCH = (
+    "import sys\n"
+    "for name in ('torch', 'transformers', 'peft', 'accelerate', 'safetensors'):\n"
+    "    sys.modules[name] = None  # import fails\n"
+    "from taps.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "assert not {'torch', 'transformers', 'peft'} & {m for m, v in sys.modules.items() if v is not None}\n"
+    "sys.exit(code)\n"
+)
+
+
+def run_without_torch(*argv: str) -> subprocess.CompletedProcess:
+    src = str(Path(taps.__file__).resolve().parents[1])  # the taps under test, not another install
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-c", BLOCK_TORCH, *argv], capture_output=True, text=True, env=env,
+                          timeout=120)  # fmt: skip
+
+
+def test_taps_report_runs_where_torch_cannot_be_imported(tmp_path):
+    results = tmp_path / "results.jsonl"
+    store = RecordFile.open(results, {"target": "smollm2-135m", "max_new_tokens": 32})
+    store.extend(synthetic_records())
+    done = run_without_torch("report", str(results), "--out", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "report" / "report.md")
+    assert parse_table((tmp_path / "report" / "report.md").read_text())
+    for name in PLOTS:
+        assert (tmp_path / "report" / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_taps_report_errors_are_one_line_without_torch(tmp_path):
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text('{"dataset": "humaneval"\n' + json.dumps(synthetic_records()[0]) + "\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for argv, message in (
+        (["report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "r")], "no results file"),
+        (["report", str(damaged), "--out", str(tmp_path / "r")], f"{damaged}:1: not a JSON record"),
+    ):
+        done = run_without_torch(*argv)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(f"taps: error: {message}")
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(synthetic_records()[0]) + "\n")
+    done = run_without_torch("report", str(good), "--out", str(blocker / "r"))
+    assert done.returncode == 2 and done.stderr.startswith(f"taps: error: cannot write the report to {blocker / 'r'}")

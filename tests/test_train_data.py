@@ -1,5 +1,5 @@
-"""Drafter training data: prompt sources, the evaluation-overlap guard, the resumable JSONL
-writer, self-distillation on SmolLM2 and the gen-data / train-drafter commands."""
+"""Drafter training data: prompt sources, the evaluation-overlap guard, the data file in the
+records store, self-distillation on SmolLM2 and the gen-data / train-drafter commands."""
 
 import dataclasses
 import json
@@ -10,8 +10,12 @@ import torch
 from taps import datasets
 from taps.cli import TRAIN_HELP, TRAIN_REQUIRED, build_parser, main
 from taps.datasets import GSM_SYMBOLIC_SEED, Prompt
+from taps.records import read_records, read_settings
 from taps.train import data as D
-from taps.train.drafter import TrainDrafterConfig
+from taps.train import overlap as O
+from taps.train import prompts as P
+from taps.train import stdlib as S
+from taps.train.drafter import TrainDrafterConfig, load_sequences
 
 # ---------------------------------------------------------------------------------------------
 # Prompts
@@ -19,48 +23,48 @@ from taps.train.drafter import TrainDrafterConfig
 
 
 def test_prompts_are_deterministic_prefix_stable_and_mixed():
-    long = D.training_prompt_records(30, seed=0)
-    assert D.training_prompt_records(30, seed=0) == long
-    assert D.training_prompts(12, seed=0) == [p.text for p in long[:12]]  # prefix-stable: resumable with more
-    assert D.training_prompts(12, seed=1) != [p.text for p in long[:12]]
+    long = P.training_prompt_records(30, seed=0)
+    assert P.training_prompt_records(30, seed=0) == long
+    assert P.training_prompts(12, seed=0) == [p.text for p in long[:12]]  # prefix-stable: resumable with more
+    assert P.training_prompts(12, seed=1) != [p.text for p in long[:12]]
     assert len({p.text for p in long}) == 30
-    assert {p.source for p in long} == set(D.SOURCES)
+    assert {p.source for p in long} == set(P.SOURCES)
     for p in long:
         if p.source == "code-write":
             assert p.text.startswith(("Write a Python", "Implement the Python", "In Python, write")) and "`" in p.text
         if p.source == "code-explain":
-            assert "```python\n" in p.text and len(p.text) < D.MAX_SOURCE_CHARS + 200
+            assert "```python\n" in p.text and len(p.text) < P.MAX_SOURCE_CHARS + 200
 
 
 def test_mix_selects_sources_and_rejects_bad_weights():
-    only_math = D.training_prompt_records(5, seed=0, mix={"math": 1.0})
+    only_math = P.training_prompt_records(5, seed=0, mix={"math": 1.0})
     assert {p.source for p in only_math} == {"math"}
     with pytest.raises(ValueError):
-        D.training_prompts(3, mix={"humaneval": 1.0})
+        P.training_prompts(3, mix={"humaneval": 1.0})
     with pytest.raises(ValueError):
-        D.training_prompts(3, mix={"math": 0.0})
+        P.training_prompts(3, mix={"math": 0.0})
 
 
 def test_gsm_symbolic_never_uses_the_evaluation_seed(monkeypatch):
     for seed in (0, 1, 7):
         for chunk in (0, 1, 100):
-            s = D.rg_seed(seed, chunk)
-            assert s != GSM_SYMBOLIC_SEED and s >= GSM_SYMBOLIC_SEED + D.GSM_EVAL_RESERVED
-    first = next(D._math(0))
+            s = P.rg_seed(seed, chunk)
+            assert s != GSM_SYMBOLIC_SEED and s >= GSM_SYMBOLIC_SEED + P.GSM_EVAL_RESERVED
+    first = next(P._math(0))
     # an evaluation item that a training seed happens to reproduce is dropped
-    monkeypatch.setattr(D, "_gsm_eval_questions", lambda: frozenset({D._clean(first)}))
-    assert next(D._math(0)) != first
+    monkeypatch.setattr(O, "gsm_eval_questions", lambda: frozenset({S.normalize_space(first)}))
+    assert next(P._math(0)) != first
     # and the stream refuses to run on the evaluation's seeds at all
-    monkeypatch.setattr(D, "GSM_SYMBOLIC_SEED", D.rg_seed(0, 0))
+    monkeypatch.setattr(P, "GSM_SYMBOLIC_SEED", P.rg_seed(0, 0))
     with pytest.raises(AssertionError):
-        next(D._math(0))
+        next(P._math(0))
 
 
 def test_stdlib_scan_public_documented_definitions():
-    files = D.stdlib_files()
+    files = S.stdlib_files()
     assert files and all("test" not in f.parts and "site-packages" not in f.parts for f in files)
-    assert all(not part.startswith("_") for f in files for part in f.relative_to(D.stdlib_root()).parts[:-1])
-    shlex = D.scan_module(D.stdlib_root() / "shlex.py")
+    assert all(not part.startswith("_") for f in files for part in f.relative_to(S.stdlib_root()).parts[:-1])
+    shlex = S.scan_module(S.stdlib_root() / "shlex.py")
     by_name = {d.name: d for d in shlex.definitions}
     assert by_name["shlex"].kind == "class"
     assert by_name["shlex"].signature == "shlex(instream=None, infile=None, posix=False, punctuation_chars=False)"
@@ -95,10 +99,10 @@ def fake_eval_sets(monkeypatch, tmp_path):
 
 
 def test_eval_overlap_guard(fake_eval_sets, tmp_path):
-    texts = D.eval_prompt_texts(fake_eval_sets, gsm_symbolic=5)
+    texts = O.eval_prompt_texts(fake_eval_sets, gsm_symbolic=5)
     assert set(texts) == {"humaneval", "mt-bench", "spec-bench", "gsm-symbolic"}
     clean = ["Summarize what the Python module `json` is for.", "Calculate 3 + 4.", "Rewrite it in prose."]
-    D.check_no_eval_overlap(clean, fake_eval_sets, gsm_symbolic=5)
+    O.check_no_eval_overlap(clean, fake_eval_sets, gsm_symbolic=5)
     bad = {
         "equal": "Compose an engaging travel blog post about Hawaii.",
         "second turn": "Please: Rewrite it in verse.",
@@ -107,36 +111,18 @@ def test_eval_overlap_guard(fake_eval_sets, tmp_path):
         "humaneval code alone": f"Explain:\n```python\n{HUMANEVAL_CODE}```",
     }
     for what, prompt in bad.items():
-        with pytest.raises(D.EvalOverlapError):
-            D.check_no_eval_overlap(clean + [prompt], fake_eval_sets, gsm_symbolic=5)
-    hits = D.find_eval_overlap(list(bad.values()) + clean, texts)
+        with pytest.raises(O.EvalOverlapError):
+            O.check_no_eval_overlap(clean + [prompt], fake_eval_sets, gsm_symbolic=5)
+    hits = O.find_eval_overlap(list(bad.values()) + clean, texts)
     assert [h[0] for h in hits] == [0, 1, 2, 3, 4]
     # without the Spec-Bench file, that set is simply not loaded
     with pytest.warns(UserWarning, match="not found"):
-        assert "spec-bench" not in D.eval_prompt_texts(tmp_path / "missing.jsonl", gsm_symbolic=5)
+        assert "spec-bench" not in O.eval_prompt_texts(tmp_path / "missing.jsonl", gsm_symbolic=5)
 
 
-# ---------------------------------------------------------------------------------------------
-# The resumable JSONL file
-# ---------------------------------------------------------------------------------------------
-
-
-def test_records_append_and_torn_last_line(tmp_path):
-    path = tmp_path / "d.jsonl"
-    assert D.read_records(path) == []
-    D.append_records(path, [{"prompt_index": 0, "ids": [1, 2]}, {"prompt_index": 1, "ids": [3, 4]}])
-    whole = path.read_bytes()
-    with open(path, "ab") as f:
-        f.write(b'{"prompt_index": 2, "ids": [5')  # a write cut short
-    assert [r["prompt_index"] for r in D.read_records(path)] == [0, 1]
-    assert path.read_bytes() != whole  # read without repair leaves the file alone
-    D.read_records(path, repair=True)
-    assert path.read_bytes() == whole
-    D.append_records(path, [{"prompt_index": 2, "ids": [5, 6]}])
-    assert [r["prompt_index"] for r in D.read_records(path)] == [0, 1, 2]
-    path.write_text('{"a": 1}\n{broken\n{"a": 2}\n')
-    with pytest.raises(ValueError, match="not the last line"):
-        D.read_records(path)
+def test_the_guard_reads_the_spec_bench_copy_in_the_package(fake_eval_sets):
+    texts = O.eval_prompt_texts(gsm_symbolic=0)  # the default: taps/data/spec_bench/question.jsonl
+    assert len(texts["spec-bench"]) == 480 + 80  # 400 one-turn questions and 80 two-turn ones
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,14 +135,17 @@ def test_generate_data_resumes_and_matches_unbatched_greedy(smollm2, tmp_path):
     out = tmp_path / "data.jsonl"
     first = D.generate_data("smollm2-135m", out, 2, max_new_tokens=4, batch_size=2, progress=False)
     assert (first.n_prompts, first.generated) == (2, 2)
+    assert read_settings(out) == {"target": "smollm2-135m", "seed": 0, "mix": D.DEFAULT_MIX, "max_new_tokens": 4,
+                                  "dtype": "float32"}  # fmt: skip
     with open(out, "ab") as f:
         f.write(b'{"prompt_index": 7, "ids"')  # torn by an interruption
-    again = D.generate_data("smollm2-135m", out, 3, max_new_tokens=4, batch_size=2, progress=False,
-                            model=model, tokenizer=tokenizer)
+    with pytest.warns(UserWarning, match="cut short"):
+        again = D.generate_data("smollm2-135m", out, 3, max_new_tokens=4, batch_size=2, progress=False,
+                                model=model, tokenizer=tokenizer)
     assert again.generated == 1
-    records = D.read_records(out)
+    records = read_records(out)
     assert sorted(r["prompt_index"] for r in records) == [0, 1, 2]  # batches go by prompt length
-    prompts = D.training_prompt_records(3, seed=0)
+    prompts = P.training_prompt_records(3, seed=0)
     ids_of = {r["prompt_index"]: r for r in records}
     assert len(ids_of[0]["ids"][: ids_of[0]["n_prompt"]]) != len(ids_of[1]["ids"][: ids_of[1]["n_prompt"]])  # padded
     eos = tokenizer.eos_token_id
@@ -177,8 +166,10 @@ def test_generate_data_resumes_and_matches_unbatched_greedy(smollm2, tmp_path):
     assert short["ids"][short["n_prompt"] :] == plain[:cut]
     # complete: nothing to do, and other settings are refused
     assert D.generate_data("smollm2-135m", out, 3, max_new_tokens=4, progress=False).generated == 0
-    with pytest.raises(ValueError, match="max_new_tokens"):
+    with pytest.raises(ValueError, match="max_new_tokens: 4 in the file, 5 now"):
         D.generate_data("smollm2-135m", out, 3, max_new_tokens=5, progress=False)
+    # the trainer reads the file past its settings line
+    assert len(load_sequences(out, len(tokenizer), 512, "answer")) == 3
 
 
 def test_stdlib_text_sequences(smollm2, tmp_path):
@@ -187,9 +178,14 @@ def test_stdlib_text_sequences(smollm2, tmp_path):
     assert [len(s) for s in seqs] == [128, 128, 44]
     assert seqs == D.stdlib_text_sequences(tokenizer, 300, 128)
     path = tmp_path / "d.jsonl"
+    with pytest.raises(ValueError, match="make it with gen-data first"):
+        D.append_text_sequences(path, tokenizer, 300, 128)
+    assert D.generate_data("smollm2-135m", path, 0, progress=False).generated == 0  # text only: no model loads
     assert D.append_text_sequences(path, tokenizer, 300, 128) == 3
     assert D.append_text_sequences(path, tokenizer, 300, 128) == 0  # once
-    assert [r["ids"] for r in D.read_records(path)] == seqs
+    assert [r["ids"] for r in read_records(path)] == seqs
+    with pytest.raises(ValueError, match="text sequence 0 differs"):
+        D.append_text_sequences(path, tokenizer, 400, 100)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +223,7 @@ def test_train_drafter_generates_data_once_then_trains(capsys, tmp_path):
     printed = capsys.readouterr().out
     assert f"drafter saved in {out / 'drafter'} (step 1 of 1)" in printed
     assert '"eval_loss"' in printed.split("last evaluation:")[1]
-    assert (out / "drafter" / "config.json").is_file() and len(D.read_records(data)) == 2
+    assert (out / "drafter" / "config.json").is_file() and len(read_records(data)) == 2
     before = data.read_bytes()
     assert main(argv) == 0  # data reused, training already complete
     assert data.read_bytes() == before

@@ -10,8 +10,8 @@ import math
 import shutil
 from pathlib import Path
 
-from taps.report import plot_learning_curves
-from taps.train.data import read_records
+from taps.records import read_records
+from taps.report_plots import plot_learning_curves
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent

@@ -1,71 +1,89 @@
 """Side-by-side benchmark: every method on the same prompts, interleaved, in one process.
 
-Output is JSONL, one record per (dataset, prompt, method, budget, temperature), appended and
-fsynced as soon as it is measured; a rerun skips finished records, so an interrupted run
-resumes where it stopped. Summaries are always recomputed from the raw records.
+Output is a records file (taps.records), one record per (dataset, prompt, method, budget,
+temperature), appended and fsynced as soon as it is measured; a rerun skips finished records,
+so an interrupted run resumes where it stopped. The file pins every setting that changes a
+record's numbers (`file_settings`), so a rerun with another one is refused instead of taking old
+records as new. Summaries are always recomputed from the raw records (taps.summary).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import resource
-import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 import transformers
 
 from taps.assets import DTYPES, load_model
-from taps.datasets import Prompt, load_prompts
-from taps.decode import DecodeConfig, check_rollout, generate
-from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
-from taps.costmodel import LatencyProfile, cpu_name, saved_profile
+from taps.costmodel import cpu_name
+from taps.datasets import Prompt, load_prompts, spec_bench_digest
+from taps.drafters import shipped_drafter, shipped_scorer
+from taps.engine import Speculator, load
 from taps.linear import linear_in_use
-from taps.policies import POLICIES, configure_policy
+from taps.methods import Method
 from taps.quantize import check_scheme, load_dtype, quantize_linears
-from taps.scorer import EdgeScorer
-from taps.target import Target
-from taps.verify import SamplingConfig
+from taps.records import KEY_FIELDS, RecordFile, Run, bench_record, record_key
+from taps.rounds import Rollout
 
-KEY_FIELDS = ("dataset", "prompt_id", "method", "budget", "temperature")
+
+def parse_entry(entry: str) -> tuple[str, int | None]:
+    """A --methods entry: a peer name, or METHOD[:B] (taps.methods), canonically spelled."""
+    name, colon, fixed = entry.partition(":")
+    if name in PEERS:
+        if colon:
+            raise ValueError(f"{entry!r}: a budget (NAME:B) applies only to taps' speculative methods")
+        return name, None
+    method = Method.parse(name)
+    if colon and not (method.needs_draft and fixed.isdigit() and int(fixed) >= 1):
+        raise ValueError(f"{entry!r}: a budget (NAME:B, B >= 1) applies only to speculative methods")
+    return str(method), int(fixed) if colon else None
 
 
 def _speculative(method: str) -> bool:
-    return method in POLICIES and POLICIES[method].needs_draft
+    return method not in PEERS and Method.parse(method).needs_draft
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     target: str = "smollm2-135m"  # packaged name, local folder or hub id
-    drafter: str | None = None  # drafter for the speculative methods
-    methods: tuple[str, ...] = ("ar", "chain", "ddtree", "taps")  # taps policies and/or peers (PEERS); "name:B" fixes B's budget
+    drafter: str | None = None  # drafter of the speculative methods (None: the one taps ships for the target)
+    methods: tuple[str, ...] = ("ar", "chain", "ddtree", "taps")  # taps methods (NAME[+OPT][:B]) and/or PEERS
     datasets: tuple[str, ...] = ("humaneval",)  # names in taps.datasets.DATASETS
     limit: int = 10  # prompts per dataset (per category for spec-bench)
     temperatures: tuple[float, ...] = (0.0,)  # each prompt runs at each temperature
-    budgets: tuple[int, ...] = (16,)  # tree budgets for speculative methods (ar and peers ignore them)
+    budgets: tuple[int, ...] = (16,)  # tree budgets for speculative methods given without :B (ar and peers: none)
     max_new_tokens: int = 128  # per turn
     dtype: str = "bfloat16"  # bfloat16 is the speed dtype on CPU; float32 for exactness
     seed: int = 0  # the same sampling seed for every method on a given prompt
-    spec_bench: str | None = None  # path of Spec-Bench's question.jsonl (for dataset spec-bench)
+    spec_bench: str | None = None  # path of a Spec-Bench question.jsonl (None: the copy taps ships)
     categories: tuple[str, ...] = ()  # keep only these categories (empty = all)
     turns: int | None = None  # ask at most this many turns of multi-turn prompts (None = all)
     assistant: str = "qwen2.5-coder-0.5b"  # assistant model of the hf-assisted peer
     block_len: int | None = None  # positions a test drafter proposes (None: 15)
     profile: str | None = None  # latency profile JSON (default: the one `taps profile` saved for target/dtype)
-    scorer: str | None = None  # trained TAPS edge scorer folder (default: the drafter's scorer/, else plain marginals)
-    lookup: bool = True  # taps: n-gram lookup candidates join the pool
+    scorer: str | None = None  # trained TAPS edge scorer folder, "none" (default: the drafter's scorer/, else none)
     drafter_quant: str = "none"  # "int8": the drafter and hf-assisted's assistant run int8 linear layers (taps.quantize)
-    rollout_steps: int = DecodeConfig.rollout_steps  # rollout methods: most greedy drafter steps per round
-    rollout_reach: float = DecodeConfig.rollout_reach  # rollout methods: stop when the path's probability falls under it
+    rollout_steps: int = Rollout.steps  # methods with +rollout: most greedy drafter steps per round
+    rollout_reach: float = Rollout.reach  # methods with +rollout: stop when the path's probability falls under it
+    device: str | None = None  # where the models run (None: cpu)
+    linear: str | None = None  # CPU linear kernel (taps.linear; None: $TAPS_LINEAR, else onednn)
+
+    @property
+    def drafter_name(self) -> str | None:
+        """The drafter the speculative methods use: --drafter, else the target's shipped one."""
+        return self.drafter or shipped_drafter(self.target)
 
     @property
     def scorer_dir(self) -> str | None:
         """The scorer `taps` uses: --scorer, else the drafter folder's own (None: plain marginals)."""
-        return self.scorer or default_scorer(self.drafter)
+        if self.scorer == "none":
+            return None
+        return self.scorer or shipped_scorer(self.drafter_name)
 
     @property
     def runs(self) -> list[tuple[str, int | None]]:
@@ -73,29 +91,21 @@ class BenchConfig:
         name at every one of `budgets`, ar and the peers once with no budget."""
         pairs = []
         for entry in self.methods:
-            name, _, fixed = entry.partition(":")
+            name, fixed = parse_entry(entry)
             if not _speculative(name):
                 pairs.append((name, None))
             else:
-                pairs.extend((name, b) for b in ((int(fixed),) if fixed else self.budgets))
+                pairs.extend((name, b) for b in ((fixed,) if fixed else self.budgets))
         return list(dict.fromkeys(pairs))
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
-        names = []
-        for entry in self.methods:
-            name, colon, fixed = entry.partition(":")
-            if name not in POLICIES and name not in PEERS:
-                raise ValueError(f"unknown method {name!r}; choose from {', '.join([*POLICIES, *PEERS])}")
-            if colon and not (_speculative(name) and fixed.isdigit() and int(fixed) >= 1):
-                raise ValueError(f"{entry!r}: a budget (name:B, B >= 1) applies only to speculative methods"
-                                 f" ({', '.join(m for m in POLICIES if _speculative(m))})")
-            names.append(name)
+        names = [parse_entry(entry)[0] for entry in self.methods]
         if "ar" not in names:
             raise ValueError("the methods must include ar: every speedup is measured against it")
-        if any(_speculative(m) for m in names) and self.drafter is None:
-            raise ValueError("speculative methods need a drafter (--drafter)")
+        if any(_speculative(m) for m in names) and self.drafter_name is None:
+            raise ValueError(f"taps ships no drafter for {self.target!r}: speculative methods need --drafter")
         if not self.budgets or min(self.budgets) < 1:
             raise ValueError("budgets must be >= 1")
         if self.limit < 1 or self.max_new_tokens < 1:
@@ -103,21 +113,7 @@ class BenchConfig:
         if self.turns is not None and self.turns < 1:
             raise ValueError("turns must be >= 1")
         check_scheme(self.drafter_quant)
-        check_rollout(self.rollout_steps, self.rollout_reach)
-
-
-@dataclass
-class Run:
-    """What one method produced for one prompt (all turns)."""
-
-    token_ids: list[list[int]]  # generated ids per turn
-    texts: list[str]  # decoded answer per turn
-    seconds: list[float]  # wall time per turn
-    rounds: list[int] | None = None  # target forwards per turn (None for peers that do not expose them)
-    accepted_per_round: list[int] = field(default_factory=list)
-    tree_sizes: list[int] = field(default_factory=list)
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-    copy_rounds: int = 0  # rounds that verified an n-gram continuation without calling the drafter (taps.copying)
+        Rollout(self.rollout_steps, self.rollout_reach)
 
 
 class Session:
@@ -125,22 +121,22 @@ class Session:
 
     def __init__(self, cfg: BenchConfig):
         self.cfg = cfg
-        model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
-        self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
-        self.drafter = (make_drafter(cfg.drafter, self.target, block_len=cfg.block_len, quantize=cfg.drafter_quant)
-                        if cfg.drafter else None)  # fmt: skip
-        self.profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype,
-                                                                                          drafter_quant=cfg.drafter_quant)
-        scorer_dir = cfg.scorer_dir
-        scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
-        self.selectors = {m: configure_policy(m, profile=self.profile, scorer=scorer) for m, _ in cfg.runs if m in POLICIES}
+        speculative = [m for m, _ in cfg.runs if _speculative(m)]
+        # prefix reuse off: every call prefills its whole prompt, as the peers do
+        self.spec: Speculator = load(
+            cfg.target, cfg.drafter_name if speculative else None, method=speculative[0] if speculative else "ar",
+            dtype=cfg.dtype, device=cfg.device, profile=cfg.profile, scorer=cfg.scorer_dir or False,
+            drafter_quant=cfg.drafter_quant, linear=cfg.linear, block_len=cfg.block_len,
+            rollout=Rollout(cfg.rollout_steps, cfg.rollout_reach), reuse_prefix=False,
+        )
+        self.target = self.spec.target
         self._assistant = None
 
     @property
     def assistant(self):
         if self._assistant is None:
             dtype = load_dtype(self.cfg.drafter_quant, DTYPES[self.cfg.dtype])
-            assistant, tok = load_model(self.cfg.assistant, dtype=dtype)
+            assistant, tok = load_model(self.cfg.assistant, dtype=dtype, linear=self.cfg.linear, device=self.cfg.device)
             if tok.get_vocab() != self.target.tokenizer.get_vocab():
                 raise ValueError(f"the assistant {self.cfg.assistant} does not share the target's tokenizer")
             # the peer drafts in the same precision as taps' drafter: a fair comparison
@@ -164,13 +160,11 @@ def _conversation(session: Session, prompt: Prompt, answer: Callable[[list[int]]
     return ids, texts, secs, extras
 
 
-def run_policy(session: Session, prompt: Prompt, method: str, budget: int | None, temperature: float, seed: int, max_new: int) -> Run:
-    cfg = DecodeConfig(method=method, budget=budget or 1, max_new_tokens=max_new,
-                       sampling=SamplingConfig(temperature), seed=seed, lookup=session.cfg.lookup,
-                       rollout_steps=session.cfg.rollout_steps, rollout_reach=session.cfg.rollout_reach)  # fmt: skip
-
+def run_policy(session: Session, prompt: Prompt, method: str, budget: int | None, temperature: float, seed: int,
+               max_new: int) -> Run:
     def answer(ids):
-        res = generate(session.target, ids, cfg, session.drafter, session.selectors[method], session.profile)
+        res = session.spec.generate(ids, method=method, budget=budget, max_new_tokens=max_new,
+                                    temperature=temperature, seed=seed)
         return res.token_ids, res.stats.seconds, res.stats
 
     ids, texts, secs, stats = _conversation(session, prompt, answer)
@@ -179,9 +173,8 @@ def run_policy(session: Session, prompt: Prompt, method: str, budget: int | None
         for k, v in s.stage_seconds.items():
             stages[k] = stages.get(k, 0.0) + v
         stages["prefill"] = stages.get("prefill", 0.0) + s.prefill_seconds
-    return Run(ids, texts, secs, [s.rounds for s in stats],
-               [a for s in stats for a in s.accepted_per_round], [t for s in stats for t in s.tree_sizes], stages,
-               sum(s.copy_rounds for s in stats))  # fmt: skip
+    return Run(ids, texts, secs, [s.rounds for s in stats], [a for s in stats for a in s.accepted_per_round],
+               [t for s in stats for t in s.tree_sizes], stages, sum(s.copy_rounds for s in stats))
 
 
 def _hf_generate(session: Session, ids: list[int], temperature: float, seed: int, max_new: int, **kwargs):
@@ -222,7 +215,7 @@ def environment(cfg: BenchConfig) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "dtype": cfg.dtype,
-        "linear": linear_in_use(cfg.dtype),
+        "linear": linear_in_use(cfg.dtype, cfg.linear),
         "drafter_quant": cfg.drafter_quant,
         "scorer": cfg.scorer_dir,
         "seed": cfg.seed,
@@ -230,54 +223,20 @@ def environment(cfg: BenchConfig) -> dict:
     }
 
 
-def read_records(path: Path) -> list[dict]:
-    """Every complete record of a results file; a torn last line (interrupted write) is dropped."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_bytes().splitlines():  # bytes: a line that is not UTF-8 fails alone, in json.loads
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and all(k in rec for k in KEY_FIELDS):
-            records.append(rec)
-    return records
+# BenchConfig fields that only choose which records to run: free to change between runs of a
+# file. Every other field shapes a record's numbers and is pinned by `file_settings`.
+SELECTION_FIELDS = ("methods", "datasets", "limit", "temperatures", "budgets", "categories")
 
 
-# env fields one results file must not mix (record keys do not hold them), with the value of records
-# written before the field existed (None: not compared). The machine is one of them: sessions do not
-# always get the same CPU, and a file's speedups compare runs of one machine only.
-SETUP_FIELDS = {"dtype": None, "drafter_quant": "none", "cpu": None, "linear": None}
-
-
-def check_same_setup(records: list[dict], env: dict, out: Path) -> None:
-    """Refuse to add runs of another dtype, drafter precision, CPU or linear kernel to a file: a
-    rerun would take its records as done, and the summaries would mix two setups."""
-    for name, default in SETUP_FIELDS.items():
-        seen = {r.get("env", {}).get(name, default) for r in records} - {None}
-        if seen - {env[name]}:
-            raise ValueError(f"{out} holds runs with {name} {', '.join(sorted(map(str, seen)))}, this run has "
-                             f"{env[name]}: write to another --out")
-
-
-def record_key(rec: dict) -> tuple:
-    return tuple(rec[k] for k in KEY_FIELDS)
-
-
-def append_record(path: Path, rec: dict) -> None:
-    """Append one record durably. A torn tail from an earlier crash is ended with a newline first
-    (read_records skips it), so the new record always starts on its own line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.write(b"\n")
-        f.write((json.dumps(rec) + "\n").encode())
-        f.flush()
-        os.fsync(f.fileno())
+def file_settings(cfg: BenchConfig) -> dict:
+    """What a results file pins: every BenchConfig field but SELECTION_FIELDS, with the scorer
+    as resolved and Spec-Bench's questions by content (not path), and the machine (CPU, linear
+    kernel): sessions do not always get the same CPU, and a file's speedups compare runs of one
+    machine only."""
+    pinned = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in SELECTION_FIELDS}
+    pinned.update(scorer=cfg.scorer_dir, spec_bench=spec_bench_digest(cfg.spec_bench))
+    pinned.update(drafter=cfg.drafter_name)
+    return {**pinned, "cpu": cpu_name(), "linear": linear_in_use(cfg.dtype, cfg.linear)}
 
 
 def _in_categories(prompts: list[Prompt], categories: tuple[str, ...]) -> list[Prompt]:
@@ -309,9 +268,8 @@ def run_bench(cfg: BenchConfig, out: Path, progress: bool = True) -> list[dict]:
     from tqdm import tqdm
 
     jobs = plan(cfg)
-    existing = read_records(out)
-    check_same_setup(existing, environment(cfg), out)
-    done = {record_key(r) for r in existing}
+    store = RecordFile.open(out, file_settings(cfg), required=KEY_FIELDS)
+    done = {record_key(r) for r in store.records}
     todo = [j for j in jobs if (j[0].dataset, j[0].id, j[2], j[3], j[1]) not in done]
     if todo:
         session = Session(cfg)
@@ -321,108 +279,9 @@ def run_bench(cfg: BenchConfig, out: Path, progress: bool = True) -> list[dict]:
             run_job(session, todo[0][0], temperature, method, budget, max_new=8)
         for prompt, temperature, method, budget in tqdm(todo, desc="bench", unit="run", disable=not progress):
             run = run_job(session, prompt, temperature, method, budget, cfg.max_new_tokens)
-            rec = {
-                "dataset": prompt.dataset, "prompt_id": prompt.id, "category": prompt.category,
-                "method": method, "budget": budget, "temperature": temperature,
-                "target": cfg.target, "drafter": cfg.drafter if method in POLICIES and POLICIES[method].needs_draft else None,
-                **asdict(run),
-                "new_tokens": sum(len(t) for t in run.token_ids), "total_seconds": sum(run.seconds),
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "env": env,
-            }  # fmt: skip
-            append_record(out, rec)
+            store.append(bench_record(
+                dataset=prompt.dataset, prompt_id=prompt.id, category=prompt.category, method=method, budget=budget,
+                temperature=temperature, target=cfg.target, drafter=cfg.drafter_name if _speculative(method) else None,
+                run=run, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, env=env))
     wanted = {(j[0].dataset, j[0].id, j[2], j[3], j[1]) for j in jobs}
-    return [r for r in read_records(out) if record_key(r) in wanted]
-
-
-def group_label(rec: dict) -> str:
-    # Spec-Bench reports per category
-    return f"spec-bench/{rec['category']}" if rec["dataset"] == "spec-bench" else rec["dataset"]
-
-
-def tokens_per_second(rec: dict) -> float | None:
-    """A record's new tokens over its wall seconds (all turns); None for a run that took no time."""
-    return rec["new_tokens"] / rec["total_seconds"] if rec["total_seconds"] > 0 else None
-
-
-def summarize(records: Iterable[dict]) -> list[dict]:
-    """Per (method, dataset, budget, temperature): tau, median tokens/s, median paired speedup
-    over ar on the same prompts, mean verified tree size, and the share of outputs equal to ar's."""
-    records = list(records)
-    ar = {(r["dataset"], r["prompt_id"], r["temperature"]): r for r in records if r["method"] == "ar"}
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["method"], group_label(r), r["budget"], r["temperature"]), []).append(r)
-    rows = []
-    for (method, dataset, budget, temperature), recs in groups.items():
-        tps = [v for v in map(tokens_per_second, recs) if v is not None]
-        pairs = [(r, ar.get((r["dataset"], r["prompt_id"], r["temperature"]))) for r in recs]
-        pairs = [(r, a) for r, a in pairs if a is not None and tokens_per_second(a) and tokens_per_second(r) is not None]
-        speedups = [tokens_per_second(r) / tokens_per_second(a) for r, a in pairs]
-        rounds = [sum(r["rounds"]) for r in recs if r["rounds"] is not None]
-        tau = sum(r["new_tokens"] for r in recs) / sum(rounds) if rounds and len(rounds) == len(recs) else None
-        sizes = [s for r in recs for s in r["tree_sizes"]]
-        rows.append({
-            "method": method, "dataset": dataset, "budget": budget, "temperature": temperature,
-            "prompts": len(recs),
-            "tau": tau,
-            "tokens_per_second": statistics.median(tps) if tps else None,
-            "speedup_vs_ar": statistics.median(speedups) if speedups else None,
-            "mean_tree_size": sum(sizes) / len(sizes) if sizes else None,
-            "match_rate_vs_ar": sum(r["token_ids"] == a["token_ids"] for r, a in pairs) / len(pairs) if pairs else None,
-        })  # fmt: skip
-    order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in records))}
-    rows.sort(key=lambda x: (x["dataset"], x["temperature"], order[x["method"]], x["budget"] or 0))
-    return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    def f(v, fmt):
-        return "-" if v is None else format(v, fmt)
-
-    head = f"{'dataset':26s} {'T':>4s} {'method':14s} {'budget':>6s} {'n':>3s} {'tau':>6s} {'tok/s':>7s} {'speedup':>8s} {'tree':>6s} {'=ar':>5s}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['dataset']:26s} {r['temperature']:4.1f} {r['method']:14s} {f(r['budget'], 'd'):>6s} {r['prompts']:3d} "
-            f"{f(r['tau'], '.2f'):>6s} {f(r['tokens_per_second'], '.2f'):>7s} {f(r['speedup_vs_ar'], '.2f'):>8s} "
-            f"{f(r['mean_tree_size'], '.1f'):>6s} {f(r['match_rate_vs_ar'], '.2f'):>5s}"
-        )
-    return "\n".join(lines)
-
-
-def _question_order(rec: dict) -> tuple:
-    # Spec-Bench's ids are integers; every other set's are strings ("HumanEval/3")
-    pid = str(rec["prompt_id"])
-    return (0, int(pid), "") if pid.isdigit() else (1, 0, pid)
-
-
-def write_spec_bench_answers(records: Iterable[dict], folder: Path) -> list[Path]:
-    """Answer files in Spec-Bench's format, `folder/<dataset>/<method>[-b<budget>]-t<T>.jsonl`, so
-    its evaluation/speed.py and equal.py run on our output. One folder per dataset because speed.py
-    selects rows by category (HumanEval's "coding" would count as MT-Bench's), and rows sorted by
-    question because equal.py compares two files line by line."""
-    files: dict[tuple[str, str], list[dict]] = {}
-    for r in sorted(records, key=_question_order):
-        model_id = f"{r['method']}" + (f"-b{r['budget']}" if r["budget"] else "") + f"-t{r['temperature']}"
-        files.setdefault((r["dataset"], model_id), []).append({
-            "question_id": int(r["prompt_id"]) if str(r["prompt_id"]).isdigit() else r["prompt_id"],
-            "category": r["category"],
-            "answer_id": f"{model_id}-{r['prompt_id']}",
-            "model_id": model_id,
-            "choices": [{
-                "index": 0,
-                "turns": r["texts"],
-                "new_tokens": [len(t) for t in r["token_ids"]],
-                "wall_time": r["seconds"],
-                "decoding_steps": [len(t) for t in r["token_ids"]] if r["rounds"] is None else r["rounds"],
-                "accept_lengths": [a + 1 for a in r["accepted_per_round"]],
-            }],
-        })  # fmt: skip
-    paths = []
-    for (dataset, model_id), rows in files.items():
-        path = folder / dataset / f"{model_id}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        paths.append(path)
-    return paths
+    return [r for r in store.records if record_key(r) in wanted]

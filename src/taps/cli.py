@@ -6,10 +6,6 @@ import argparse
 import json
 import sys
 
-import torch
-
-from taps.assets import DTYPES
-
 
 def _models(args) -> int:
     from taps import assets
@@ -104,16 +100,17 @@ def _csv(kind):
 def _bench(args) -> int:
     from pathlib import Path
 
-    from taps.bench import BenchConfig, format_table, read_records, run_bench, summarize, write_spec_bench_answers
-    from taps.drafters import default_drafter
+    from taps.bench import BenchConfig, run_bench
+    from taps.records import read_records
+    from taps.summary import format_table, summarize, write_spec_bench_answers
 
     cfg = BenchConfig(
-        target=args.target, drafter=args.drafter or default_drafter(args.target), methods=args.methods, datasets=args.datasets, limit=args.limit,
+        target=args.target, drafter=args.drafter, methods=args.methods, datasets=args.datasets, limit=args.limit,
         temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
-        profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup, turns=args.turns,
-        drafter_quant=args.drafter_quant, **_rollout_options(args),
-    )  # fmt: skip
+        profile=args.profile, scorer=args.scorer, turns=args.turns, drafter_quant=args.drafter_quant,
+        rollout_steps=args.rollout_steps, rollout_reach=args.rollout_reach, device=args.device, linear=args.linear,
+    )
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
     rows = summarize(records)
@@ -128,10 +125,12 @@ def _bench(args) -> int:
 def _report(args) -> int:
     from pathlib import Path
 
-    from taps.bench import read_records
+    from taps.records import KEY_FIELDS, read_records
     from taps.report import complete_only, write_report
 
-    records = read_records(Path(args.results))
+    if not Path(args.results).is_file():
+        raise ValueError(f"no results file {args.results}: give the JSONL that taps bench wrote (its --out)")
+    records = read_records(args.results, required=KEY_FIELDS)
     if not records:
         raise ValueError(f"no benchmark records in {args.results}")
     if args.complete_only:
@@ -295,6 +294,7 @@ def _train_drafter(args) -> int:
 
 
 def _add_gen_data(sub) -> None:
+    from taps.assets import DTYPES
 
     d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
     d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
@@ -312,6 +312,7 @@ def _add_gen_data(sub) -> None:
 def _add_train_drafter(sub) -> None:
     import dataclasses
 
+    from taps.assets import DTYPES
     from taps.train.drafter import ANCHOR_REGIONS, KINDS, TrainDrafterConfig
 
     t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target on JSONL data")
@@ -361,6 +362,7 @@ def _train_scorer(args) -> int:
 def _add_train_scorer(sub) -> None:
     import dataclasses
 
+    from taps.assets import DTYPES
     from taps.train.scorer import HELP, TrainScorerConfig
 
     t = sub.add_parser("train-scorer", help="record verification traces of a target and drafter, train the TAPS "
@@ -381,6 +383,23 @@ def _add_train_scorer(sub) -> None:
         text = HELP[f.name] if "default" in HELP[f.name] else f"{HELP[f.name]} ({f.default})"
         t.add_argument(flag, type=kind, default=f.default, help=text, **extra)
     t.set_defaults(func=_train_scorer)
+
+
+def _add_report(sub) -> None:
+    r = sub.add_parser("report", help="markdown table and plots from a bench results JSONL")
+    r.add_argument("results", help="the JSONL written by taps bench")
+    r.add_argument("--out", required=True, help="folder for report.md and the PNG plots")
+    r.add_argument("--complete-only", action="store_true",
+                   help="keep only prompts that every method of their set has finished (a run still in progress)")
+    r.set_defaults(func=_report)
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    """`taps report` alone: the full parser imports torch for its help texts, and a report is
+    made from JSONL where no model runs (taps.report needs no torch)."""
+    p = argparse.ArgumentParser(prog="taps", description=__doc__)
+    _add_report(p.add_subparsers(dest="command", required=True))
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -430,46 +449,43 @@ def build_parser() -> argparse.ArgumentParser:
     from taps.datasets import DATASETS
 
     b = sub.add_parser("bench", help="run methods side by side on prompt sets; JSONL records, table, JSON summary")
-    b.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
-    b.add_argument("--drafter", default=None, help="drafter of the speculative methods: a folder or a test drafter name")
+    _add_load_options(b, "drafter of the speculative methods: a folder or a test drafter name (default: the one "
+                         "taps ships for --target)")
     b.add_argument("--methods", type=_csv(str), default=("ar", "chain", "ddtree", "taps"),
-                   help=f"comma-separated, from: {', '.join([*POLICIES, *PEERS])}; a speculative one as NAME:B runs"
-                   " at budget B only, e.g. ddtree:8,ddtree:64 (default ar,chain,ddtree,taps)")
+                   help=f"comma-separated methods (`taps methods`) and peers ({', '.join(PEERS)}); a speculative "
+                   "one as NAME:B runs at budget B only, e.g. ddtree:8,ddtree:64,taps+copy:32 (default ar,chain,ddtree,taps)")
     b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
-    b.add_argument("--spec-bench", default=None, help="path of Spec-Bench's question.jsonl (dataset spec-bench)")
+    b.add_argument("--spec-bench", default=None,
+                   help="path of a Spec-Bench question.jsonl for dataset spec-bench (default: the copy taps ships)")
     b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories in the sets that have them (spec-bench's translation, mt-bench's writing); other sets run whole")
     b.add_argument("--turns", type=int, default=None, help="ask at most this many turns of multi-turn prompts (all)")
     b.add_argument("--limit", type=int, default=10, help="prompts per dataset, per category for spec-bench (10)")
     b.add_argument("--temperatures", type=_csv(float), default=(0.0,), help="comma-separated (0)")
     b.add_argument("--budgets", type=_csv(int), default=(16,), help="tree budgets of the speculative methods given without :B (16)")
-    b.add_argument("--block-len", type=int, default=None, help="positions a test drafter proposes per round (15)")
     b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (128)")
-    b.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (default) or float32")
     b.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every method on a prompt")
     b.add_argument("--out", required=True, help="results JSONL; a rerun skips the records already there")
-    _add_policy_options(b)
     b.set_defaults(func=_bench)
 
-    r = sub.add_parser("report", help="markdown table and plots from a bench results JSONL")
-    r.add_argument("results", help="the JSONL written by taps bench")
-    r.add_argument("--out", required=True, help="folder for report.md and the PNG plots")
-    r.add_argument("--complete-only", action="store_true",
-                   help="keep only prompts that every method of their set has finished (a run still in progress)")
-    r.set_defaults(func=_report)
-
+    _add_report(sub)
     _add_gen_data(sub)
     _add_train_drafter(sub)
     _add_train_scorer(sub)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    from taps.assets import AssetError
+def _asset_errors() -> tuple[type[Exception], ...]:
+    # AssetError, if taps.assets is loaded: a command that never loaded it (report) cannot raise it
+    assets = sys.modules.get("taps.assets")
+    return (assets.AssetError,) if assets else ()
 
-    args = build_parser().parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = (_report_parser() if argv[:1] == ["report"] else build_parser()).parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, AssetError) as err:  # our own clear errors: print them, not a traceback
+    except (ValueError, *_asset_errors()) as err:  # our own clear errors: print them, not a traceback
         print(f"taps: error: {err}", file=sys.stderr)
         return 2
 

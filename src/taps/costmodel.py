@@ -354,7 +354,7 @@ def profile_path(target: str, dtype: str, linear: str | None = None, drafter_qua
 
     safe = target.strip("/").replace("/", "--")
     quant = "" if drafter_quant == "none" else f"-draft-{drafter_quant}"
-    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear or linear_in_use(dtype)}{quant}.json"
+    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear_in_use(dtype, linear)}{quant}.json"
 
 
 def saved_profile(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none") -> LatencyProfile | None:

@@ -54,6 +54,7 @@ def load(
     block_len: int | None = None,
     rollout: Rollout = Rollout(),
     flush_denormal: bool = True,
+    reuse_prefix: bool = True,
 ) -> Speculator:
     """A ready speculative decoder.
 
@@ -71,6 +72,8 @@ def load(
     linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
         else onednn where available). flush_denormal: flush denormal floats to zero, process-wide
         (8x faster float32 decoding on x86 here; pass False to leave torch's setting alone).
+    reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
+        next turn); False: every call prefills its whole prompt (benchmarks).
     """
     from taps.assets import DTYPES, load_model
     from taps.quantize import check_scheme
@@ -116,7 +119,8 @@ def load(
         scorer = shipped_scorer(folder)
     if isinstance(scorer, (str, Path)):
         scorer = EdgeScorer.load(scorer)
-    return Speculator(tgt, drafter, str(parsed), budget, profile, scorer or None, name, rollout, drafter_name=folder)
+    return Speculator(tgt, drafter, str(parsed), budget, profile, scorer or None, name, rollout,
+                      drafter_name=folder, reuse_prefix=reuse_prefix)
 
 
 class Speculator:
@@ -124,10 +128,11 @@ class Speculator:
 
     def __init__(self, target: Target, drafter: Drafter | None, method: str = "taps", budget: int | None = None,
                  profile: LatencyProfile | None = None, scorer: Scorer | None = None, name: str = "",
-                 rollout: Rollout = Rollout(), drafter_name: str | None = None):
+                 rollout: Rollout = Rollout(), drafter_name: str | None = None, reuse_prefix: bool = True):
         self.target, self.drafter, self.profile, self.scorer = target, drafter, profile, scorer
         self.method, self.budget, self.name, self.rollout = method, budget, name, rollout
         self.drafter_name = drafter_name  # the drafter's folder or test name as given, for records
+        self.reuse_prefix = reuse_prefix
         self.last_result: GenerationResult | None = None  # of the last generate or exhausted stream
 
     @property
@@ -208,7 +213,7 @@ class Speculator:
         detok = TextStream(self.tokenizer, stop) if text else None
         t_start = time.perf_counter()
         try:
-            for r in rounds(self.target, ids, cfg, proposer, select, stats, reuse_prefix=True):
+            for r in rounds(self.target, ids, cfg, proposer, select, stats, self.reuse_prefix):
                 new += r.committed
                 if on_round is not None:
                     on_round(r)

@@ -94,10 +94,10 @@ def _inference(layer: nn.Linear, x: torch.Tensor) -> bool:
     )
 
 
-def linear_in_use(dtype: str) -> str:
-    """The kernel a model loaded in `dtype` (e.g. "bfloat16") really runs: oneDNN serves float32, and
-    bfloat16 only on CPUs with native bfloat16 kernels."""
-    return current_linear() if getattr(torch, dtype, None) in _served_dtypes() else "torch"
+def linear_in_use(dtype: str, backend: str | None = None) -> str:
+    """The kernel a model loaded in `dtype` (e.g. "bfloat16") with `backend` (None: `current_linear()`)
+    really runs: oneDNN serves float32, and bfloat16 only on CPUs with native bfloat16 kernels."""
+    return (backend or current_linear()) if getattr(torch, dtype, None) in _served_dtypes() else "torch"
 
 
 class OneDNNLinear(nn.Linear):

@@ -1,23 +1,19 @@
-"""Benchmark report: a markdown table and PNG plots, all computed from raw `taps bench` records.
+"""Benchmark report: report.md's markdown tables, computed from raw `taps bench` records.
 
-The table is `bench.summarize` of the records (the numbers `taps bench` prints). The plots pool
-every dataset, so each point is one (method, budget, temperature) over all prompts; they use the
-same definitions (tau, paired speedup, mean tree size) by running `summarize` on pooled records.
+The full table is `taps.summary.summarize` of the records (the numbers `taps bench` prints);
+the other tables compare methods on the same prompts with the same paired definitions. The
+figures are drawn by taps.report_plots, loaded only then. This module and what it imports need
+no torch: a report is made where no model runs.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
 from typing import Callable, Iterable
 
-import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
-from taps.bench import PEERS, group_label, summarize, tokens_per_second
+from taps.records import group_label, is_peer
+from taps.summary import distinct, median_speed_ratio, paired, summarize
 
 # (summary key, header, format); "s" columns are text, the others right-aligned numbers
 COLUMNS = (
@@ -53,7 +49,7 @@ DEFINITIONS = """\
 
 
 def markdown_table(rows: list[dict], columns: tuple = COLUMNS) -> str:
-    """A markdown table of `bench.summarize` rows (or others, given their columns); `-` where a
+    """A markdown table of `summarize` rows (or others, given their columns); `-` where a
     value does not apply."""
 
     def cell(value, fmt: str) -> str:
@@ -83,26 +79,24 @@ def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "d
     best median speedup over ar there. The ratio is the median over prompts of `method`'s tokens/s
     over the rival's on the same prompt (paired, like speedup vs ar); above 1, `method` is faster."""
     summary = summarize(records)
-    tps: dict[tuple, dict[tuple, float]] = {}  # (dataset label, T, method, budget) -> {(dataset, prompt): tok/s}
+    runs: dict[tuple, list[dict]] = {}  # (dataset label, T, method, budget) -> records
     for r in records:
-        v = tokens_per_second(r)
-        if v is not None:
-            tps.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), {})[(r["dataset"], r["prompt_id"])] = v
+        runs.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), []).append(r)
+    peers = {r["method"] for r in records if is_peer(r)}
     rows = []
     for own in (x for x in summary if x["method"] == method):
         group = [x for x in summary if (x["dataset"], x["temperature"]) == (own["dataset"], own["temperature"])]
         trees = [x for x in group if x["method"] == tree_rival and x["speedup_vs_ar"] is not None]
-        rivals = [x for x in group if x["method"] in PEERS]
+        rivals = [x for x in group if x["method"] in peers]
         if trees:
             rivals.append(max(trees, key=lambda x: x["speedup_vs_ar"]))
-        mine = tps.get((own["dataset"], own["temperature"], method, own["budget"]), {})
+        mine = runs[own["dataset"], own["temperature"], method, own["budget"]]
         for rival in rivals:
-            theirs = tps.get((rival["dataset"], rival["temperature"], rival["method"], rival["budget"]), {})
-            ratios = [mine[k] / theirs[k] for k in mine.keys() & theirs.keys() if theirs[k] > 0]
+            pairs = paired(mine, runs[rival["dataset"], rival["temperature"], rival["method"], rival["budget"]])
             rows.append({
                 "dataset": own["dataset"], "temperature": own["temperature"], "method": method, "budget": own["budget"],
-                "rival": rival["method"], "rival_budget": rival["budget"], "prompts": len(ratios),
-                "speedup_vs_rival": statistics.median(ratios) if ratios else None,
+                "rival": rival["method"], "rival_budget": rival["budget"], "prompts": len(pairs),
+                "speedup_vs_rival": median_speed_ratio(pairs),
             })  # fmt: skip
     return rows
 
@@ -151,120 +145,14 @@ def same_size_tau(records: list[dict], reference: str = "ddtree") -> list[dict]:
     return rows
 
 
-def _distinct(values: Iterable) -> list:
-    # dicts are unhashable, so no set/dict.fromkeys; the order of first appearance is kept
-    out = []
-    for v in values:
-        if v not in out:
-            out.append(v)
-    return out
-
-
 def environment_lines(records: list[dict]) -> list[str]:
     """Models and machine, one line per distinct environment (a resumed run may add another)."""
-    targets = ", ".join(map(str, _distinct(r["target"] for r in records)))
-    drafters = ", ".join(map(str, _distinct(r["drafter"] for r in records if r["drafter"] is not None))) or "-"
-    envs = _distinct(r.get("env") or {} for r in records)
+    targets = ", ".join(map(str, distinct(r["target"] for r in records)))
+    drafters = ", ".join(map(str, distinct(r["drafter"] for r in records if r["drafter"] is not None))) or "-"
+    envs = distinct(r.get("env") or {} for r in records)
     lines = [f"Models: target {targets}; drafter {drafters}."]
     lines += ["Environment: " + (", ".join(f"{k} {v}" for k, v in env.items()) or "not recorded") + "." for env in envs]
     return lines
-
-
-def pooled_rows(records: list[dict]) -> list[dict]:
-    """Summary rows over all datasets at once. Prompt ids are made unique across datasets so each
-    prompt is still paired with ar's run of that same prompt."""
-    pooled = [{**r, "dataset": "all", "prompt_id": f"{r['dataset']}/{r['prompt_id']}"} for r in records]
-    return summarize(pooled)
-
-
-def _panels(n: int, title: str, panel_width_in: float = 4.5, panel_height_in: float = 3.6) -> tuple[Figure, list]:
-    """A figure of n panels, at most three per row, drawn by Agg (no pyplot: no global state)."""
-    cols = min(n, 3)
-    fig = Figure(figsize=(panel_width_in * cols, panel_height_in * math.ceil(n / cols)), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = list(fig.subplots(math.ceil(n / cols), cols, squeeze=False).ravel())
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    fig.suptitle(title)
-    return fig, axes[:n]
-
-
-def plot_against_tree_size(rows: list[dict], y_key: str, y_label: str, path: Path) -> bool:
-    """`y_key` against mean tree size: a line per method, one marker per budget, a panel per
-    temperature. Methods without trees (peers) that still have a value get a dashed level.
-    Returns False (and writes nothing) when there is nothing to draw."""
-    rows = [r for r in rows if r[y_key] is not None]
-    temperatures = sorted({r["temperature"] for r in rows})
-    if not temperatures:
-        return False
-    # a method keeps its colour in every panel
-    colors = {method: f"C{i}" for i, method in enumerate(_distinct(r["method"] for r in rows))}
-    fig, axes = _panels(len(temperatures), f"{y_label} against mean tree size (all datasets)")
-    for ax, temperature in zip(axes, temperatures):
-        at_t = [r for r in rows if r["temperature"] == temperature]
-        for method in _distinct(r["method"] for r in at_t):
-            mine = [r for r in at_t if r["method"] == method]
-            points = sorted((r for r in mine if r["mean_tree_size"] is not None), key=lambda r: r["mean_tree_size"])
-            if points:
-                x, y = [r["mean_tree_size"] for r in points], [r[y_key] for r in points]
-                ax.plot(x, y, marker="o", color=colors[method], label=method)
-                for r in points:
-                    if r["budget"] is not None:
-                        ax.annotate(f"b{r['budget']}", (r["mean_tree_size"], r[y_key]),
-                                    textcoords="offset points", xytext=(4, 4), fontsize=7)  # fmt: skip
-            else:
-                ax.axhline(mine[0][y_key], linestyle="--", color=colors[method], label=f"{method} (no tree)")
-        ax.set_title(f"T = {temperature:g}")
-        ax.set_xlabel("mean tree size (drafted nodes per round)")
-        ax.set_ylabel(y_label)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100)
-    return True
-
-
-def plot_accepted_lengths(records: list[dict], path: Path) -> bool:
-    """Histogram of tokens committed per round (accepted + 1), a panel per speculative method and
-    a step line per (budget, temperature). Non-drafting methods (ar, peers) have nothing to show."""
-    speculative = [r for r in records if r["drafter"] is not None and r["accepted_per_round"]]
-    methods = _distinct(r["method"] for r in speculative)
-    if not methods:
-        return False
-    most_committed = 1 + max(a for r in speculative for a in r["accepted_per_round"])
-    bin_edges = np.arange(0.5, most_committed + 1.5)  # one unit-wide bin per committed count
-    fig, axes = _panels(len(methods), "tokens committed per round (accepted + 1)")
-    for ax, method in zip(axes, methods):
-        committed: dict[tuple, list[int]] = {}
-        for r in speculative:
-            if r["method"] == method:
-                committed.setdefault((r["budget"], r["temperature"]), []).extend(a + 1 for a in r["accepted_per_round"])
-        for (budget, temperature), counts in committed.items():
-            label = f"b{budget} T{temperature:g}"
-            ax.hist(counts, bins=bin_edges, density=True, histtype="step", linewidth=1.5, label=label)
-        ax.set_title(method)
-        ax.set_xlabel("tokens committed in the round")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("share of rounds")
-        ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100)
-    return True
-
-
-def stage_shares(records: list[dict]) -> tuple[list[str], list[str], np.ndarray]:
-    """Bar labels (method, budget), stage names (as recorded, then "other") and shares
-    [bar, stage] of the summed total seconds. Records without stage times (peers) are left out."""
-    timed = [r for r in records if r["stage_seconds"] and r["total_seconds"] > 0]
-    stages = _distinct(k for r in timed for k in r["stage_seconds"])
-    groups: dict[str, list[dict]] = {}
-    for r in timed:
-        groups.setdefault(r["method"] + ("" if r["budget"] is None else f" b{r['budget']}"), []).append(r)
-    shares = np.zeros((len(groups), len(stages) + 1))
-    for i, recs in enumerate(groups.values()):
-        total_s = sum(r["total_seconds"] for r in recs)
-        shares[i, :-1] = [sum(r["stage_seconds"].get(s, 0.0) for r in recs) / total_s for s in stages]
-        # the stages are disjoint spans of the timed call; the rest is loop overhead (clamped: float noise)
-        shares[i, -1] = max(0.0, 1.0 - shares[i, :-1].sum())
-    return list(groups), [*stages, "other"], shares
 
 
 ROUND_COST_COLUMNS = (
@@ -326,37 +214,6 @@ def round_cost_section(records: list[dict]) -> list[str]:
     ]
 
 
-def plot_stage_split(records: list[dict], path: Path) -> bool:
-    """Stacked bars: the share of wall time spent in each decoding stage, per method and budget."""
-    labels, stages, shares = stage_shares(records)
-    if not labels:
-        return False
-    fig, (ax,) = _panels(1, "time per decoding stage (all prompts)", panel_width_in=max(5.0, 0.9 * len(labels) + 2))
-    bottom = np.zeros(len(labels))
-    for j, stage in enumerate(stages):
-        ax.bar(labels, shares[:, j], bottom=bottom, label=stage)
-        bottom += shares[:, j]
-    ax.set_ylabel("share of total seconds")
-    ax.set_ylim(0, 1)
-    ax.tick_params(axis="x", labelrotation=30)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1, 0.5))
-    fig.savefig(path, dpi=100)
-    return True
-
-
-def _plots(records: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]:
-    """File name -> (caption, draw); each draw writes the file and says whether it had data."""
-    pooled = pooled_rows(records)
-    return {
-        "tau_vs_tree_size.png": ("tau against mean tree size",
-                                 lambda p: plot_against_tree_size(pooled, "tau", "tau (tokens per round)", p)),
-        "speedup_vs_tree_size.png": ("speedup vs ar against mean tree size",
-                                     lambda p: plot_against_tree_size(pooled, "speedup_vs_ar", "speedup vs ar", p)),
-        "accepted_length_hist.png": ("tokens committed per round", lambda p: plot_accepted_lengths(records, p)),
-        "stage_split.png": ("time per decoding stage", lambda p: plot_stage_split(records, p)),
-    }  # fmt: skip
-
-
 def _label(method: str, budget: int | None) -> str:
     return method if budget is None else f"{method}:{budget}"
 
@@ -387,8 +244,8 @@ def speedup_matrix(records: list[dict]) -> str:
             return None
         return f"{x['speedup_vs_ar']:.2f}x" + ("" if x["tau"] is None else f" ({x['tau']:.1f})")
 
-    keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in _distinct((x["method"], x["budget"]) for x in summary)]
-    return _matrix(keys, _distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
+    keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in distinct((x["method"], x["budget"]) for x in summary)]
+    return _matrix(keys, distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
 
 
 def taps_rival_rows(records: list[dict]) -> list[dict]:
@@ -408,8 +265,8 @@ def rival_matrix(rows: list[dict]) -> str:
             return None
         return f"{r['speedup_vs_rival']:.2f}x" + ("" if r["rival_budget"] is None else f" (:{r['rival_budget']})")
 
-    keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in _distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
-    return _matrix(keys, _distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
+    keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
+    return _matrix(keys, distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
 
 
 def matrix_section(records: list[dict], rival_rows: list[dict]) -> list[str]:
@@ -462,10 +319,16 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     records = list(records)
     if not records:
         raise ValueError("no benchmark records to report")
+    from taps.report_plots import plots  # the plotting stack loads only here
+
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"cannot write the report to {out_dir}: {err.strerror or err}; choose another --out") from None
+
     figures = []
-    for name, (caption, draw) in _plots(records).items():
+    for name, (caption, draw) in plots(records).items():
         path = out_dir / name
         path.unlink(missing_ok=True)  # a plot with no data now must not leave an older one behind
         if draw(path):
@@ -495,25 +358,3 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report
-
-
-def plot_learning_curves(runs: dict[str, tuple[list[dict], float]], path: Path) -> bool:
-    """Held-out accuracy of every block slot against training tokens, one panel per run (e.g. the
-    two drafter kinds side by side), each from a `train-drafter` log.jsonl (its evaluation records)
-    and its tokens per step. Runs without evaluations are left out; False when none has any."""
-    evaluated = {name: ([r for r in log if "eval_slot_acc" in r], per_step) for name, (log, per_step) in runs.items()}
-    evaluated = {name: run for name, run in evaluated.items() if run[0]}
-    if not evaluated:
-        return False
-    fig, axes = _panels(len(evaluated), "drafter learning curves (held-out)")
-    for ax, (name, (evals, per_step)) in zip(axes, evaluated.items()):
-        tokens = [r["step"] * per_step for r in evals]
-        for slot in range(len(evals[-1]["eval_slot_acc"])):
-            ax.plot(tokens, [r["eval_slot_acc"][slot] for r in evals], marker=".", label=f"slot {slot + 1}")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("training tokens")
-        ax.set_ylabel("top-1 accuracy")
-        ax.set_ylim(0, 1)
-        ax.legend(fontsize=7)
-    FigureCanvasAgg(fig).print_png(str(path))
-    return True

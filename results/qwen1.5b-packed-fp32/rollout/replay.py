@@ -21,7 +21,7 @@ import torch
 from transformers import AutoTokenizer
 
 from taps.assets import model_dir
-from taps.bench import read_records
+from taps.records import read_records
 from taps.costmodel import LatencyProfile
 from taps.datasets import load_prompts
 from taps.drafters import default_drafter, default_scorer, make_drafter

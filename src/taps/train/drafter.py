@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from taps.assets import DTYPES
 from taps.dflash import DFlashConfig, DFlashDrafterModel, TargetInfo, save_drafter
+from taps.records import is_header
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -158,6 +159,8 @@ def load_sequences(path: str | os.PathLike, vocab_size: int, max_seq_len: int, a
                 continue
             try:
                 record = json.loads(line)
+                if is_header(record):
+                    continue  # the settings `taps gen-data` pinned in the file (taps.records)
                 ids = record["ids"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 raise ValueError(f'{path}:{line_no}: expected a JSON object with an "ids" list') from None

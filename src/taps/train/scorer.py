@@ -78,7 +78,7 @@ class TrainScorerConfig:
     target: str  # the target: packaged model name, folder or hub id (a label only when a Target is passed in)
     drafter: str  # a trained drafter folder or a test drafter name (oracle, noisy, random)
     out: str  # output folder: traces/ (reused), scorer/ (EdgeScorer.save), log.jsonl
-    prompts: int = 64  # training prompts (taps.train.data.training_prompts: never evaluation prompts)
+    prompts: int = 64  # training prompts (taps.train.prompts.training_prompts: never evaluation prompts)
     prompt_seed: int = 0  # which training prompts (the seed of training_prompts)
     chat_template: bool = True  # prompts go through the target's chat template
     block_len: int | None = None  # a test drafter's positions per round; None = its default (a trained one has its own)
@@ -311,7 +311,8 @@ def record_traces(
     from tqdm import tqdm
 
     if prompts is None:
-        from taps.train.data import check_no_eval_overlap, training_prompts
+        from taps.train.overlap import check_no_eval_overlap
+        from taps.train.prompts import training_prompts
 
         prompts = training_prompts(cfg.prompts, cfg.prompt_seed)
         check_no_eval_overlap(prompts)
@@ -324,17 +325,16 @@ def record_traces(
             raise ValueError(f"{path} holds the trace of another prompt {i}; choose another --out")
     missing = [i for i, path in enumerate(paths) if not path.exists()]
     if missing:
-        if target is None:
-            from taps.assets import load_model
-            from taps.drafters import drafter_feature_layers
-            from taps.target import Target
+        if target is None:  # the composition root loads both
+            from taps.engine import load
 
-            model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
-            target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter))
-        if drafter is None:
-            from taps.drafters import make_drafter
+            spec = load(cfg.target, cfg.drafter, method="chain", dtype=cfg.dtype, block_len=cfg.block_len,
+                        scorer=False)
+            target, drafter = spec.target, spec.drafter
+        elif drafter is None:
+            from taps.drafters import load_drafter
 
-            drafter = make_drafter(cfg.drafter, target, block_len=cfg.block_len)
+            drafter = load_drafter(cfg.drafter, target, block_len=cfg.block_len)
         for i in tqdm(missing, disable=not cfg.progress, desc="record traces", unit="prompt"):
             p = prompts[i]
             ids = target.encode(p, chat=cfg.chat_template) if isinstance(p, str) else [int(t) for t in p]
