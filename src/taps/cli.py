@@ -397,6 +397,15 @@ def _add_train_scorer(sub) -> None:
     t.set_defaults(func=_train_scorer)
 
 
+def _serve(args) -> int:
+    try:
+        from taps.serve import serve
+    except ImportError as error:
+        raise SystemExit(f"taps serve needs the `serve` extra ({error.name} is missing): pip install -e '.[serve]'")
+    return serve(args.target, args.drafter, method=args.method, budget=args.budget, dtype=args.dtype, host=args.host,
+                 port=args.port, max_queue=args.max_queue, api_key=args.api_key, model_name=args.model_name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from taps.drafters import DRAFTERS
     from taps.policies import POLICIES
@@ -481,6 +490,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gen_data(sub)
     _add_train_drafter(sub)
     _add_train_scorer(sub)
+
+    sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat/completions, streaming, /metrics)")
+    sv.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
+    sv.add_argument("--drafter", default=None, help="drafter folder, hub id or packaged name (default: the target's shipped one)")
+    sv.add_argument("--method", default="taps", help="speculation method (default taps; ar = no speculation)")
+    sv.add_argument("--budget", type=int, default=None, help="most drafted nodes per verification (the method's default)")
+    sv.add_argument("--dtype", choices=list(DTYPES), default=None, help="bfloat16 or float32 (the API's default)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    sv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; one more gets 429 (default 64)")
+    sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $TAPS_API_KEY, else none)")
+    sv.add_argument("--model-name", default=None, help="the model id clients send and /v1/models lists (default: --target)")
+    sv.set_defaults(func=_serve)
     return p
 
 
