@@ -398,12 +398,15 @@ def _add_train_scorer(sub) -> None:
 
 
 def _serve(args) -> int:
+    import os
+
     try:
-        from taps.serve import serve
+        from taps.serve import ServeConfig, serve
     except ImportError as error:
         raise SystemExit(f"taps serve needs the `serve` extra ({error.name} is missing): pip install -e '.[serve]'")
-    return serve(args.target, args.drafter, method=args.method, budget=args.budget, dtype=args.dtype, host=args.host,
-                 port=args.port, max_queue=args.max_queue, api_key=args.api_key, model_name=args.model_name)
+    cfg = ServeConfig(host=args.host, port=args.port, max_queue=args.max_queue, model_name=args.model_name,
+                      api_key=args.api_key or os.environ.get("TAPS_API_KEY"))  # the variable keeps it out of `ps`
+    return serve(args.target, args.drafter, method=args.method, budget=args.budget, dtype=args.dtype, cfg=cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import os
+import logging
 import secrets
 import signal
 import threading
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -36,7 +37,7 @@ from taps.serve_engine import Engine, Job, Metrics
 from taps.serve_schema import (APIError, CompletionRequest, Envelope, parse_body, parse_request, taps_extension,
                                token_budget)
 
-MAX_BODY_BYTES = 1 << 20  # a request body larger than this is refused with 413
+log = logging.getLogger("taps.serve")
 CLIENT_GONE = 499  # status logged for a request whose client left before its answer (nginx's convention)
 
 
@@ -68,13 +69,36 @@ def _sse(obj) -> str:
     return f"data: {data}\n\n"
 
 
+@dataclass(frozen=True)
+class ServeConfig:
+    """How the server listens and admits requests (the model is `taps.load`'s business)."""
+
+    host: str = "127.0.0.1"  # loopback: this machine only; 0.0.0.0 to listen on every interface
+    port: int = 8000
+    max_queue: int = 64  # requests that may wait besides the running one; one more gets 429
+    api_key: str | None = None  # when set, /v1/* require "Authorization: Bearer <key>"
+    model_name: str | None = None  # the id clients send and /v1/models lists; None: the target's name
+    max_body: int = 1 << 20  # bytes; a larger request body gets 413
+
+    def __post_init__(self):
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1 (requests that may wait), got {self.max_queue}")
+        if self.max_body < 1:
+            raise ValueError(f"max_body must be >= 1 byte, got {self.max_body}")
+        if self.api_key == "":
+            raise ValueError("the API key is empty: give a non-empty key or none")
+
+
 class Server:
     """The routes of one app: an Engine, the served model's name, an optional API key."""
 
-    def __init__(self, spec, model_name: str, max_queue: int, api_key: str | None, max_body: int):
-        self.spec, self.model_name, self.api_key, self.max_body = spec, model_name, api_key, max_body
-        self.metrics = Metrics(model_name, spec.method)
-        self.engine = Engine(spec, max_queue, self.metrics)
+    def __init__(self, spec, cfg: ServeConfig):
+        self.spec, self.api_key, self.max_body = spec, cfg.api_key, cfg.max_body
+        self.model_name = cfg.model_name or spec.name
+        self.metrics = Metrics(self.model_name, spec.method)
+        self.engine = Engine(spec, cfg.max_queue, self.metrics)
         self.started = int(time.time())
 
     def check_key(self, request: Request) -> None:
@@ -85,7 +109,8 @@ class Server:
             raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", code="invalid_api_key")
 
     async def read_body(self, request: Request) -> bytes:
-        if int(request.headers.get("content-length") or 0) > self.max_body:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
             raise APIError(413, f"the body is over {self.max_body} bytes", code="body_too_large")
         raw = bytearray()
         async for part in request.stream():
@@ -112,12 +137,7 @@ class Server:
                       temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=seed,
                       stop=list(req.stop) or None)
         job = Job(req.prompt, kwargs, asyncio.get_running_loop())
-        try:
-            self.engine.submit(job)
-        except APIError as error:
-            if error.status == 429:
-                return JSONResponse(error.body(), 429, headers={"Retry-After": str(self.engine.retry_after())})
-            raise
+        self.engine.submit(job)
         gone = asyncio.create_task(_client_gone(request))
         streaming = False  # once the stream owns the job, the stream cancels it
         try:
@@ -177,7 +197,7 @@ class Server:
 
 
 async def _api_error(request: Request, error: APIError) -> Response:
-    return JSONResponse(error.body(), error.status)
+    return JSONResponse(error.body(), error.status, headers=error.headers)
 
 
 async def _http_error(request: Request, error: HTTPException) -> Response:
@@ -208,11 +228,10 @@ class _CountRequests:
         await self.app(scope, receive, counted)
 
 
-def build_app(spec, *, model_name: str | None = None, max_queue: int = 64, api_key: str | None = None,
-              max_body: int = MAX_BODY_BYTES) -> Starlette:
+def build_app(spec, cfg: ServeConfig = ServeConfig()) -> Starlette:
     """The ASGI app serving `spec` (from `taps.load`); its engine thread runs for the app's
     lifespan. `app.state.server.engine.shutdown()` is what a signal triggers."""
-    server = Server(spec, model_name or spec.name, max_queue, api_key, max_body)
+    server = Server(spec, cfg)
     routes = [
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
@@ -236,15 +255,15 @@ def build_app(spec, *, model_name: str | None = None, max_queue: int = 64, api_k
 
 
 def serve(target: str, drafter: str | None = None, *, method: str = "taps", budget: int | None = None,
-          dtype: str | None = None, host: str = "127.0.0.1", port: int = 8000, max_queue: int = 64,
-          api_key: str | None = None, model_name: str | None = None) -> int:
-    """Load the speculator, then serve it until SIGINT/SIGTERM; returns the exit status (0).
-    `api_key` defaults to $TAPS_API_KEY (which keeps it out of the process list)."""
+          dtype: str | None = None, cfg: ServeConfig = ServeConfig()) -> int:
+    """Load the speculator, then serve it until SIGINT/SIGTERM; returns the exit status (0)."""
     import taps
 
+    if cfg.host not in ("127.0.0.1", "localhost", "::1") and cfg.api_key is None:
+        log.warning("listening on %s without an API key: anyone who reaches it may use it", cfg.host)
     spec = taps.load(target, drafter, method=method, budget=budget, dtype=dtype)
-    app = build_app(spec, model_name=model_name, max_queue=max_queue, api_key=api_key or os.environ.get("TAPS_API_KEY"))
-    server = _GracefulServer(Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=30))
+    app = build_app(spec, cfg)
+    server = _GracefulServer(Config(app, host=cfg.host, port=cfg.port, log_level="info", timeout_graceful_shutdown=30))
     server.engine = app.state.server.engine
     server.run()
     return 0

@@ -35,7 +35,8 @@ class Metrics:
 
     def __init__(self, model: str, method: str):
         self.registry = r = CollectorRegistry()
-        Info("taps_server", "the served model and speculation method", registry=r).info({"model": model, "method": method})
+        info = Info("taps_server", "the served model and speculation method", registry=r)
+        info.info({"model": model, "method": method})
         self.requests = Counter("taps_requests", "HTTP requests answered", ["path", "status"], registry=r)
         self.queue_depth = Gauge("taps_queue_depth", "requests waiting for the engine", registry=r)
         self.running = Gauge("taps_requests_running", "requests being decoded (0 or 1)", registry=r)
@@ -48,8 +49,8 @@ class Metrics:
         self.tau = Summary("taps_request_tau", "tau of each finished request", registry=r)
         self.speed = Summary("taps_request_tokens_per_second", "decode speed of each finished request", registry=r)
         self.seconds = Summary("taps_request_decode_seconds", "engine time of each finished request", registry=r)
-        self.finished = 0  # requests decoded to the end
-        self._totals = [0, 0, 0.0]  # committed tokens, rounds (the mean tau gauge), decode seconds
+        self.finished = 0  # requests decoded to the end; the totals below are theirs
+        self._committed, self._rounds, self._seconds = 0, 0, 0.0
 
     def observe(self, result, seconds: float) -> None:
         s = result.stats
@@ -59,16 +60,18 @@ class Metrics:
         self.completion_tokens.inc(len(result.token_ids))
         self.rounds.inc(rounds)
         self.committed.inc(committed)
-        self._totals = [self._totals[0] + committed, self._totals[1] + rounds, self._totals[2] + seconds]
-        self.mean_tau.set(self._totals[0] / self._totals[1] if self._totals[1] else 0.0)
         self.finished += 1
+        self._committed += committed
+        self._rounds += rounds
+        self._seconds += seconds
+        self.mean_tau.set(self._committed / self._rounds if self._rounds else 0.0)
         self.tau.observe(s.tau)
         self.speed.observe(s.tokens_per_second)
         self.seconds.observe(seconds)
 
     @property
     def mean_decode_seconds(self) -> float:
-        return self._totals[2] / self.finished if self.finished else 1.0
+        return self._seconds / self.finished if self.finished else 1.0
 
 
 class Job:
@@ -96,8 +99,6 @@ class Engine:
     """The FIFO queue and its single worker thread around the speculator."""
 
     def __init__(self, spec, max_queue: int, metrics: Metrics):
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be >= 1 waiting request, got {max_queue}")
         self.spec, self.max_queue, self.metrics = spec, max_queue, metrics
         self._jobs: deque[Job] = deque()
         self._cond = threading.Condition()
@@ -114,7 +115,7 @@ class Engine:
                 raise APIError(503, SHUTTING_DOWN, code="shutting_down")
             if len(self._jobs) >= self.max_queue:
                 raise APIError(429, f"the queue is full ({self.max_queue} requests waiting); retry later",
-                               code="queue_full")
+                               code="queue_full", headers={"Retry-After": str(self.retry_after())})
             self._jobs.append(job)
             self.metrics.queue_depth.set(len(self._jobs))
             self._cond.notify()
@@ -154,14 +155,17 @@ class Engine:
                 self.metrics.queue_depth.set(len(self._jobs))
             self.metrics.running.set(1)
             try:
-                if not job.cancelled.is_set():
-                    self._decode(job)
+                if job.cancelled.is_set() or not self._decode(job):
+                    if job.reason is not None:  # cancelled by the server: say so; a client that left hears nothing
+                        job.post(("error", job.reason))
             finally:
                 with self._cond:
                     self._running = None
                 self.metrics.running.set(0)
 
-    def _decode(self, job: Job) -> None:
+    def _decode(self, job: Job) -> bool:
+        """Run the job's decode, posting its pieces; True when it was answered (done or error),
+        False when it was cancelled on the way."""
         start = time.perf_counter()
         pieces = self.spec.stream(job.prompt, **job.kwargs)
         try:
@@ -173,15 +177,14 @@ class Engine:
                 result = self.spec.last_result
                 self.metrics.observe(result, time.perf_counter() - start)
                 job.post(("done", result))
-                return
+                return True
         except ValueError as error:  # the API's own check of an argument: the request's fault
             job.post(("error", APIError(400, str(error), code="invalid_value")))
-            return
+            return True
         except Exception:  # a bug must not take the server down: log it, answer 500, serve the next
             log.exception("decoding failed")
             job.post(("error", APIError(500, "decoding failed; see the server log", code="internal_error")))
-            return
+            return True
         finally:
             pieces.close()  # ends decoding at the next round when the loop stopped early
-        if job.reason is not None:
-            job.post(("error", job.reason))
+        return False

@@ -34,9 +34,11 @@ FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length"}  # ta
 class APIError(Exception):
     """A request the server answers with an OpenAI-style error body instead of a completion."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers  # extra response headers, e.g. a 429's Retry-After
 
     def body(self) -> dict:
         kind = ERROR_TYPES.get(self.status, "invalid_request_error")
@@ -71,18 +73,22 @@ def parse_body(raw: bytes) -> dict:
     return body
 
 
-def _field(body: dict, name: str, kinds: tuple[type, ...], default: Any = None, required: bool = False) -> Any:
-    """body[name] checked against JSON `kinds` (a bool is not a number here); 422 otherwise."""
+def _field(body: dict, name: str, kinds: tuple[type, ...], default: Any = None, required: bool = False,
+           where: str = "") -> Any:
+    """body[name] checked against JSON `kinds` (a bool is not a number here); 422 otherwise.
+    `where` prefixes the parameter's name in errors (e.g. "messages[0].")."""
+    param = where + name
     if name not in body or body[name] is None:
         if required:
-            raise APIError(422, f"missing required parameter {name!r}", param=name, code="missing_required_parameter")
+            raise APIError(422, f"missing required parameter {param!r}", param=param, code="missing_required_parameter")
         return default
     value = body[name]
     numeric = any(k in (int, float) for k in kinds)
     if not isinstance(value, kinds) or (numeric and isinstance(value, bool)):
         names = " or ".join({int: "an integer", float: "a number", str: "a string", bool: "a boolean",
                              list: "an array", dict: "an object"}[k] for k in kinds)
-        raise APIError(422, f"{name!r} must be {names}, got {json.dumps(value)[:80]}", param=name, code="invalid_type")
+        raise APIError(422, f"{param!r} must be {names}, got {json.dumps(value)[:80]}", param=param,
+                       code="invalid_type")
     return value
 
 
@@ -98,15 +104,17 @@ def _messages(body: dict) -> list[dict]:
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise APIError(422, f"{where} must be an object with 'role' and 'content'", param=where, code="invalid_type")
-        role = _field(message, "role", (str,), required=True)
+            raise APIError(422, f"{where} must be an object with 'role' and 'content'", param=where,
+                           code="invalid_type")
+        role = _field(message, "role", (str,), required=True, where=f"{where}.")
         if role not in ROLES:
             raise _invalid(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
-        content = _field(message, "content", (str, list), required=True)
+        content = _field(message, "content", (str, list), required=True, where=f"{where}.")
         if isinstance(content, list):  # content parts: only text ones
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if len(texts) != len(content) or not all(isinstance(t, str) for t in texts):
                 raise _invalid(f"{where}.content", "parts must all be {\"type\": \"text\", \"text\": ...}")
-            content = "".join(p["text"] for p in content)
+            content = "".join(texts)
         out.append({"role": ROLES[role], "content": content})
     return out
 
