@@ -210,11 +210,11 @@ def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_p
     assert "| humaneval | 0.0 | taps | 16 | ddtree | 8 | 4 |" in text
     assert not head_to_head([r for r in records if r["method"] != "taps"])
     # a taps variant in the file gets its own rows in the report; other methods do not
-    variant = [{**r, "method": "taps-rollout"} for r in records if r["method"] == "taps"]
-    chain = [{**r, "method": "chain-rollout"} for r in records if r["method"] == "taps"]
+    variant = [{**r, "method": "taps+rollout"} for r in records if r["method"] == "taps"]
+    chain = [{**r, "method": "chain+rollout"} for r in records if r["method"] == "taps"]
     text = write_report(records + variant + chain, tmp_path).read_text()
-    assert "| humaneval | 0.0 | taps-rollout | 16 | hf-assisted | - | 4 |" in text
-    assert "| chain-rollout | 16 | hf-assisted |" not in text
+    assert "| humaneval | 0.0 | taps+rollout | 16 | hf-assisted | - | 4 |" in text
+    assert "| chain+rollout | 16 | hf-assisted |" not in text
 
 
 def test_tau_at_size_interpolates_in_log_size_and_never_extrapolates():

@@ -402,6 +402,18 @@ def _report_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _serve(args) -> int:
+    import os
+
+    try:
+        from taps.serve import ServeConfig, serve
+    except ImportError as error:
+        raise SystemExit(f"taps serve needs the `serve` extra ({error.name} is missing): pip install -e '.[serve]'")
+    cfg = ServeConfig(host=args.host, port=args.port, max_queue=args.max_queue, model_name=args.model_name,
+                      api_key=args.api_key or os.environ.get("TAPS_API_KEY"))  # the variable keeps it out of `ps`
+    return serve(_load(args, args.method), cfg)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from taps.drafters import TEST_DRAFTERS
 
@@ -471,6 +483,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gen_data(sub)
     _add_train_drafter(sub)
     _add_train_scorer(sub)
+
+    sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat/completions, streaming, /metrics)")
+    _add_load_options(sv, "a trained drafter folder or a test drafter (default: the one taps ships for --target)")
+    sv.add_argument("--method", type=_method, default="taps", help="NAME[+OPTION...] (default taps; ar: no speculation)")
+    sv.add_argument("--budget", type=int, default=None, help="most drafted nodes per verification (the method's default)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    sv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; one more gets 429 (default 64)")
+    sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $TAPS_API_KEY, else none)")
+    sv.add_argument("--model-name", default=None, help="the model id clients send and /v1/models lists (default: --target)")
+    sv.set_defaults(func=_serve)
     return p
 
 

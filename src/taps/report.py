@@ -249,9 +249,10 @@ def speedup_matrix(records: list[dict]) -> str:
 
 
 def taps_rival_rows(records: list[dict]) -> list[dict]:
-    """`head_to_head` rows of taps and each of its variants present (taps-rollout, the ablations, ...)."""
+    """`head_to_head` rows of taps and each of its variants present (taps+rollout, the ablations, ...;
+    files written before methods took options name them taps-rollout, taps-fixed, ...)."""
     present = dict.fromkeys(r["method"] for r in records)  # first-seen order: the --methods order
-    return [row for m in present if m == "taps" or m.startswith("taps-") for row in head_to_head(records, m)]
+    return [row for m in present if m == "taps" or m.startswith(("taps+", "taps-")) for row in head_to_head(records, m)]
 
 
 def rival_matrix(rows: list[dict]) -> str:
@@ -281,7 +282,7 @@ def matrix_section(records: list[dict], rival_rows: list[dict]) -> list[str]:
 
 
 def head_to_head_section(rows: list[dict]) -> list[str]:
-    """The report's lines comparing taps and each of its variants present (taps-rollout, the
+    """The report's lines comparing taps and each of its variants present (taps+rollout, the
     ablations, ...) with their rivals, from `taps_rival_rows`; none when there are no such rows."""
     if not rows:
         return []
