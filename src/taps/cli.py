@@ -94,7 +94,39 @@ def _methods(args) -> int:
 
 
 def _csv(kind):
-    return lambda text: tuple(kind(x) for x in text.split(",") if x)
+    def parse(text: str) -> tuple:
+        return tuple(kind(x) for x in text.split(",") if x)
+
+    return parse
+
+
+def _bounded(kind, low, high=None, what: str = ""):
+    """An argparse type: `kind` within [low, high], refused at parse time with the range named."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not (value >= low and (high is None or value <= high)):  # NaN fails both
+            bound = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {bound}{what}")
+        return value
+
+    return parse
+
+
+def _temperature(text: str) -> float:
+    """0 (greedy) or a finite temperature where softmax(logits / T) stays finite."""
+    value = _bounded(float, 0.0, MAX_TEMPERATURE)(text)
+    if 0 < value < MIN_TEMPERATURE:
+        raise argparse.ArgumentTypeError(f"{text} is too small to sample with (logits / T overflow): use 0 for "
+                                         f"greedy decoding or a temperature >= {MIN_TEMPERATURE}")
+    return value
+
+
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
+MAX_BUDGET = 1024  # drafted nodes: a larger tree costs more to verify than any acceptance could repay
+SEED = _bounded(int, 0, 2**63 - 1)
 
 
 def _bench(args) -> int:
@@ -150,7 +182,8 @@ def _add_load_options(p, drafter_help: str) -> None:
     p.add_argument("--device", default=None, help="cpu (default), cuda, mps, ...: where the models run")
     p.add_argument("--linear", choices=list(BACKENDS), default=None,
                    help="CPU linear kernel (default: $TAPS_LINEAR, else onednn where this PyTorch has it)")
-    p.add_argument("--block-len", type=int, default=None, help="positions a test drafter proposes per round (15)")
+    p.add_argument("--block-len", type=_bounded(int, 1, 256), default=None,
+                   help="positions a test drafter proposes per round (15)")
     p.add_argument("--profile", default=None,
                    help="latency profile JSON for cost-aware/taps/copy rounds (default: the one `taps profile` saved "
                         "for this target, dtype and kernel; without one they warn and use a stated default)")
@@ -158,9 +191,9 @@ def _add_load_options(p, drafter_help: str) -> None:
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
                           "any target dtype; CPU only): faster drafts, the same output (none)")
-    p.add_argument("--rollout-steps", type=int, default=64,
+    p.add_argument("--rollout-steps", type=_bounded(int, 0, MAX_BUDGET), default=64,
                    help="methods with +rollout: most greedy drafter steps after the block pass, at most budget - 1 (64)")
-    p.add_argument("--rollout-reach", type=float, default=0.2,
+    p.add_argument("--rollout-reach", type=_bounded(float, 0.0, 1.0), default=0.2,
                    help="methods with +rollout: stop when the path's drafter probability falls under this (0.2)")
 
 
@@ -299,13 +332,13 @@ def _add_gen_data(sub) -> None:
     d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
     d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
     d.add_argument("--out", required=True, help="JSONL file of {prompt_index, prompt, ids, n_prompt}; a rerun resumes")
-    d.add_argument("--prompts", type=int, required=True, help="training prompts to answer (a larger N later adds more; 0 with --text-tokens: text only)")
-    d.add_argument("--max-new-tokens", type=int, default=256, help="longest answer (256)")
-    d.add_argument("--batch-size", type=int, default=8, help="prompts per left-padded generate call (8)")
+    d.add_argument("--prompts", type=_bounded(int, 0), required=True, help="training prompts to answer (a larger N later adds more; 0 with --text-tokens: text only)")
+    d.add_argument("--max-new-tokens", type=_bounded(int, 1), default=256, help="longest answer (256)")
+    d.add_argument("--batch-size", type=_bounded(int, 1, 4096), default=8, help="prompts per left-padded generate call (8)")
     d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
-    d.add_argument("--seed", type=int, default=0, help="which training prompts, in which order (0)")
-    d.add_argument("--text-tokens", type=int, default=0, help="also add N tokens of raw stdlib source (0)")
-    d.add_argument("--text-seq-len", type=int, default=512, help="tokens per stdlib text sequence (512)")
+    d.add_argument("--seed", type=SEED, default=0, help="which training prompts, in which order (0)")
+    d.add_argument("--text-tokens", type=_bounded(int, 0), default=0, help="also add N tokens of raw stdlib source (0)")
+    d.add_argument("--text-seq-len", type=_bounded(int, 2), default=512, help="tokens per stdlib text sequence (512)")
     d.set_defaults(func=_gen_data)
 
 
@@ -319,15 +352,15 @@ def _add_train_drafter(sub) -> None:
     t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
     t.add_argument("--data", required=True, help='JSONL of {"ids": [...]} records (from `taps gen-data`)')
     t.add_argument("--out", required=True, help="run folder: state.pt (resume), drafter/, log.jsonl")
-    t.add_argument("--mask-token-id", type=int, default=None,
+    t.add_argument("--mask-token-id", type=_bounded(int, 0), default=None,
                    help="block filler token id: an unused special token (required; omit it to see candidates)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
-    t.add_argument("--prompts", type=int, default=None,
+    t.add_argument("--prompts", type=_bounded(int, 0), default=None,
                    help="first run `gen-data` for N prompts into --data (resumed, then reused)")
-    t.add_argument("--gen-max-new-tokens", type=int, default=256, help="with --prompts: longest answer (256)")
-    t.add_argument("--gen-batch-size", type=int, default=8, help="with --prompts: prompts per generate call (8)")
+    t.add_argument("--gen-max-new-tokens", type=_bounded(int, 1), default=256, help="with --prompts: longest answer (256)")
+    t.add_argument("--gen-batch-size", type=_bounded(int, 1, 4096), default=8, help="with --prompts: prompts per generate call (8)")
     t.add_argument("--gen-dtype", choices=list(DTYPES), default="float32", help="with --prompts: float32 or bfloat16")
-    t.add_argument("--gen-seed", type=int, default=0, help="with --prompts: which training prompts (0)")
+    t.add_argument("--gen-seed", type=SEED, default=0, help="with --prompts: which training prompts (0)")
     optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
     optional_float = lambda text: None if text.lower() == "none" else float(text)  # noqa: E731
     for f in dataclasses.fields(TrainDrafterConfig):
@@ -430,15 +463,15 @@ def build_parser() -> argparse.ArgumentParser:
                       + ") (default: the drafter taps ships for --target)")
     g.add_argument("--method", type=_method, default="taps",
                    help="NAME[+OPTION...] (default taps; list them with `taps methods`)")
-    g.add_argument("--budget", type=int, default=None,
+    g.add_argument("--budget", type=_bounded(int, 1, MAX_BUDGET), default=None,
                    help="most drafted nodes per verification (default: the method's; a chain: the drafter's block)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    g.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens; 0 = off")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold; 1 = off")
-    g.add_argument("--max-new-tokens", type=int, default=128, help="most tokens to generate (default 128)")
+    g.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default); > 0 samples")
+    g.add_argument("--top-k", type=_bounded(int, 0), default=0, help="sample from the k most likely tokens; 0 = off")
+    g.add_argument("--top-p", type=_bounded(float, 1e-6, 1.0), default=1.0, help="nucleus sampling threshold; 1 = off")
+    g.add_argument("--max-new-tokens", type=_bounded(int, 1), default=128, help="most tokens to generate (default 128)")
     g.add_argument("--stop", action="append", default=[], help="a string that ends the answer (repeatable)")
     g.add_argument("--no-chat-template", action="store_true", help="tokenize the prompt as is")
-    g.add_argument("--seed", type=int, default=0, help="seeds sampling and the test drafters (default 0)")
+    g.add_argument("--seed", type=SEED, default=0, help="seeds sampling and the test drafters (default 0)")
     g.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     g.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
     g.add_argument("--prompt", required=True, help="the user message (or raw text with --no-chat-template)")
@@ -449,11 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("profile", help="measure verification latency t(n) and drafting cost on this machine")
     _add_load_options(pr, "time this drafter's draft call (folder or test name; default: the target's shipped drafter)")
-    pr.add_argument("--sizes", type=_csv(int), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
+    pr.add_argument("--sizes", type=_csv(_bounded(int, 0, MAX_BUDGET)), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
                     help="tree sizes (drafted nodes) to time")
-    pr.add_argument("--contexts", type=_csv(int), default=(128, 512, 2048),
+    pr.add_argument("--contexts", type=_csv(_bounded(int, 1)), default=(128, 512, 2048),
                     help="context lengths to time them at; rounds read the curve at their own context (128,512,2048)")
-    pr.add_argument("--repeats", type=int, default=5, help="timed runs per point; the median is kept (5)")
+    pr.add_argument("--repeats", type=_bounded(int, 1, 1000), default=5, help="timed runs per point; the median is kept (5)")
     pr.add_argument("--out", default=None, help="where to save (default: the path generate and bench look in)")
     pr.set_defaults(func=_profile)
 
@@ -470,12 +503,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--spec-bench", default=None,
                    help="path of a Spec-Bench question.jsonl for dataset spec-bench (default: the copy taps ships)")
     b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories in the sets that have them (spec-bench's translation, mt-bench's writing); other sets run whole")
-    b.add_argument("--turns", type=int, default=None, help="ask at most this many turns of multi-turn prompts (all)")
-    b.add_argument("--limit", type=int, default=10, help="prompts per dataset, per category for spec-bench (10)")
-    b.add_argument("--temperatures", type=_csv(float), default=(0.0,), help="comma-separated (0)")
-    b.add_argument("--budgets", type=_csv(int), default=(16,), help="tree budgets of the speculative methods given without :B (16)")
-    b.add_argument("--max-new-tokens", type=int, default=128, help="per turn (128)")
-    b.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every method on a prompt")
+    b.add_argument("--turns", type=_bounded(int, 1), default=None, help="ask at most this many turns of multi-turn prompts (all)")
+    b.add_argument("--limit", type=_bounded(int, 1), default=10, help="prompts per dataset, per category for spec-bench (10)")
+    b.add_argument("--temperatures", type=_csv(_temperature), default=(0.0,), help="comma-separated (0)")
+    b.add_argument("--budgets", type=_csv(_bounded(int, 1, MAX_BUDGET)), default=(16,), help="tree budgets of the speculative methods given without :B (16)")
+    b.add_argument("--max-new-tokens", type=_bounded(int, 1), default=128, help="per turn (128)")
+    b.add_argument("--seed", type=SEED, default=0, help="sampling seed, the same for every method on a prompt")
     b.add_argument("--out", required=True, help="results JSONL; a rerun skips the records already there")
     b.set_defaults(func=_bench)
 
@@ -487,10 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat/completions, streaming, /metrics)")
     _add_load_options(sv, "a trained drafter folder or a test drafter (default: the one taps ships for --target)")
     sv.add_argument("--method", type=_method, default="taps", help="NAME[+OPTION...] (default taps; ar: no speculation)")
-    sv.add_argument("--budget", type=int, default=None, help="most drafted nodes per verification (the method's default)")
+    sv.add_argument("--budget", type=_bounded(int, 1, MAX_BUDGET), default=None, help="most drafted nodes per verification (the method's default)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    sv.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    sv.add_argument("--max-queue", type=int, default=64, help="requests that may wait; one more gets 429 (default 64)")
+    sv.add_argument("--port", type=_bounded(int, 1, 65535), default=8000, help="port to listen on (default 8000)")
+    sv.add_argument("--max-queue", type=_bounded(int, 0), default=64, help="requests that may wait; one more gets 429 (default 64)")
     sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $TAPS_API_KEY, else none)")
     sv.add_argument("--model-name", default=None, help="the model id clients send and /v1/models lists (default: --target)")
     sv.set_defaults(func=_serve)
@@ -503,14 +536,32 @@ def _asset_errors() -> tuple[type[Exception], ...]:
     return (assets.AssetError,) if assets else ()
 
 
+def _check_text(args) -> None:
+    """Text options must be valid Unicode: a shell may pass bytes that are not UTF-8 (Python keeps
+    them as lone surrogates), which the tokenizer would fail on after the model has loaded."""
+    for name in ("prompt", "stop"):
+        for value in (lambda v: v if isinstance(v, list) else [v])(getattr(args, name, None)):
+            if isinstance(value, str):
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"--{name} is not valid UTF-8 text; pass it in UTF-8 (e.g. from a UTF-8 "
+                                     "file with \"$(cat file)\")") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = (_report_parser() if argv[:1] == ["report"] else build_parser()).parse_args(argv)
     try:
+        _check_text(args)
         return args.func(args)
-    except (ValueError, *_asset_errors()) as err:  # our own clear errors: print them, not a traceback
-        print(f"taps: error: {err}", file=sys.stderr)
+    except (ValueError, OSError, *_asset_errors()) as err:  # our own clear errors: print them, not a traceback
+        message = "; ".join(line for line in str(err).splitlines() if line.strip()) or type(err).__name__
+        print(f"taps: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the conventional status; files stay as written
+        print("taps: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

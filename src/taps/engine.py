@@ -27,7 +27,7 @@ import torch
 
 from taps.costmodel import LatencyProfile, saved_profile
 from taps.decode import DecodeConfig, GenerationResult, Round, Stats, check_drafter, rounds
-from taps.drafters import Drafter, load_drafter, shipped_drafter, shipped_scorer
+from taps.drafters import TEST_DRAFTERS, Drafter, load_drafter, shipped_drafter, shipped_scorer
 from taps.methods import Method
 from taps.rounds import Rollout
 from taps.scorer import EdgeScorer, Scorer
@@ -75,13 +75,25 @@ def load(
     reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
         next turn); False: every call prefills its whole prompt (benchmarks).
     """
-    from taps.assets import DTYPES, load_model
+    from taps.assets import DTYPES, hub_snapshot, is_hub_id, load_model
     from taps.quantize import check_scheme
 
     parsed = Method.parse(method)
     check_scheme(drafter_quant)
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if not parsed.needs_draft and drafter is not None:
+        raise ValueError(f"method {parsed} uses no drafter; drop the drafter or pick a speculative method")
+    # what names a file is checked before any model loads
+    if isinstance(profile, (str, Path)) and not Path(profile).is_file():
+        raise ValueError(f"no latency profile {profile}: give the JSON `taps profile` saved, or leave it out")
+    if isinstance(scorer, (str, Path)) and not Path(scorer).is_dir():
+        raise ValueError(f"no scorer folder {scorer}: give the folder `taps train-scorer` saved, or leave it out")
+    if isinstance(drafter, str) and drafter not in TEST_DRAFTERS and not Path(drafter).expanduser().exists():
+        if not is_hub_id(drafter):
+            raise ValueError(f"unknown drafter {drafter!r}: not a folder, not a hub id (owner/name), not a test "
+                             f"drafter ({', '.join(TEST_DRAFTERS)})")
+        drafter = hub_snapshot(drafter)  # a DFlash checkpoint on the hub loads unchanged
     if flush_denormal:
         torch.set_flush_denormal(True)
     if isinstance(target, str):

@@ -31,8 +31,9 @@ class SamplingConfig:
     top_p: float = 1.0  # keep the smallest set of tokens whose probability reaches top_p; 1 = off
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not (self.temperature == 0 or 1e-3 <= self.temperature <= 100):  # NaN and inf fail too
+            raise ValueError(f"temperature must be 0 (greedy) or between 0.001 and 100, got {self.temperature}: "
+                             "below, logits / T overflow; above, samples are uniform noise")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:
