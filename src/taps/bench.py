@@ -22,7 +22,7 @@ import transformers
 from taps.assets import DTYPES, load_model
 from taps.datasets import Prompt, load_prompts
 from taps.decode import DecodeConfig, check_rollout, generate
-from taps.drafters import default_scorer, drafter_feature_layers, make_drafter
+from taps.drafters import load_drafter, shipped_scorer
 from taps.costmodel import LatencyProfile, cpu_name, saved_profile
 from taps.linear import linear_in_use
 from taps.policies import POLICIES, configure_policy
@@ -65,7 +65,7 @@ class BenchConfig:
     @property
     def scorer_dir(self) -> str | None:
         """The scorer `taps` uses: --scorer, else the drafter folder's own (None: plain marginals)."""
-        return self.scorer or default_scorer(self.drafter)
+        return self.scorer or shipped_scorer(self.drafter)
 
     @property
     def runs(self) -> list[tuple[str, int | None]]:
@@ -126,8 +126,8 @@ class Session:
     def __init__(self, cfg: BenchConfig):
         self.cfg = cfg
         model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
-        self.target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter) if cfg.drafter else ())
-        self.drafter = (make_drafter(cfg.drafter, self.target, block_len=cfg.block_len, quantize=cfg.drafter_quant)
+        self.target = Target(model, tokenizer)
+        self.drafter = (load_drafter(cfg.drafter, self.target, block_len=cfg.block_len, quantize=cfg.drafter_quant)
                         if cfg.drafter else None)  # fmt: skip
         self.profile = LatencyProfile.load(cfg.profile) if cfg.profile else saved_profile(cfg.target, cfg.dtype,
                                                                                           drafter_quant=cfg.drafter_quant)

@@ -41,25 +41,25 @@ def _policy_options(args, drafter: str | None) -> dict:
     `taps profile` for this target and dtype, else the policy warns and uses its stated default)
     and the trained edge scorer (given, else the drafter's own, else plain marginals)."""
     from taps.costmodel import LatencyProfile, saved_profile
-    from taps.drafters import default_scorer
+    from taps.drafters import shipped_scorer
     from taps.scorer import EdgeScorer
 
     profile = (LatencyProfile.load(args.profile) if args.profile
                else saved_profile(args.target, args.dtype, drafter_quant=args.drafter_quant))  # fmt: skip
-    scorer_dir = args.scorer or default_scorer(drafter)
+    scorer_dir = args.scorer or shipped_scorer(drafter)
     scorer = EdgeScorer.load(scorer_dir) if scorer_dir else None
     return {"profile": profile, "scorer": scorer}
 
 
 def _drafter_or_default(args) -> str:
     """--drafter, else the drafter taps ships for --target; a clear error when there is neither."""
-    from taps.drafters import DRAFTERS, default_drafter
+    from taps.drafters import TEST_DRAFTERS, shipped_drafter
 
-    drafter = args.drafter or default_drafter(args.target)
+    drafter = args.drafter or shipped_drafter(args.target)
     if drafter is None:
         raise ValueError(
             f"taps ships no drafter for {args.target!r}: pass --drafter (a trained drafter folder, or a test "
-            f"drafter: {', '.join(DRAFTERS)})"
+            f"drafter: {', '.join(TEST_DRAFTERS)})"
         )
     return drafter
 
@@ -67,7 +67,7 @@ def _drafter_or_default(args) -> str:
 def _generate(args) -> int:
     from taps.assets import load_model
     from taps.decode import DecodeConfig, generate
-    from taps.drafters import drafter_feature_layers, make_drafter
+    from taps.drafters import load_drafter
     from taps.policies import configure_policy, get_policy
     from taps.target import Target
     from taps.verify import SamplingConfig
@@ -87,8 +87,8 @@ def _generate(args) -> int:
     select = configure_policy(args.method, **options)
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
-    target = Target(model, tokenizer, drafter_feature_layers(args.drafter) if needs_draft else ())
-    drafter = make_drafter(args.drafter, target, block_len=args.block_len, quantize=args.drafter_quant) if needs_draft else None
+    target = Target(model, tokenizer)
+    drafter = load_drafter(args.drafter, target, block_len=args.block_len, quantize=args.drafter_quant) if needs_draft else None
     prompt_ids = target.encode(args.prompt, chat=not args.no_chat_template)
     result = generate(target, prompt_ids, cfg, drafter, select, options["profile"])
     s = result.stats
@@ -123,10 +123,10 @@ def _bench(args) -> int:
     from pathlib import Path
 
     from taps.bench import BenchConfig, format_table, read_records, run_bench, summarize, write_spec_bench_answers
-    from taps.drafters import default_drafter
+    from taps.drafters import shipped_drafter
 
     cfg = BenchConfig(
-        target=args.target, drafter=args.drafter or default_drafter(args.target), methods=args.methods, datasets=args.datasets, limit=args.limit,
+        target=args.target, drafter=args.drafter or shipped_drafter(args.target), methods=args.methods, datasets=args.datasets, limit=args.limit,
         temperatures=args.temperatures, budgets=args.budgets, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
         profile=args.profile, scorer=args.scorer, lookup=not args.no_lookup, turns=args.turns,
@@ -178,13 +178,13 @@ def _profile(args) -> int:
 
     from taps.assets import load_model
     from taps.costmodel import measure_profile, profile_path
-    from taps.drafters import default_drafter, drafter_feature_layers, make_drafter
+    from taps.drafters import load_drafter, shipped_drafter
     from taps.target import Target
 
-    name = args.drafter or default_drafter(args.target)
+    name = args.drafter or shipped_drafter(args.target)
     model, tokenizer = load_model(args.target, dtype=DTYPES[args.dtype])
-    target = Target(model, tokenizer, drafter_feature_layers(name) if name else ())
-    drafter = make_drafter(name, target, quantize=args.drafter_quant) if name else None
+    target = Target(model, tokenizer)
+    drafter = load_drafter(name, target, quantize=args.drafter_quant) if name else None
     profile = measure_profile(target, drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
     out = Path(args.out) if args.out else profile_path(args.target, args.dtype, drafter_quant=args.drafter_quant)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +238,7 @@ def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
 
 
 TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every field has an option)
-    "kind": "dflash: a new DFlash model reading target features; grown: a pretrained --base with LoRA adapters",
+    "kind": "the drafter kind to train",
     "base": "with --kind grown: the pretrained model grown into a drafter (e.g. qwen2.5-coder-0.5b)",
     "lora_rank": "with --kind grown: rank of the LoRA adapters (alpha = 2 * rank)",
     "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
@@ -326,7 +326,8 @@ def _add_gen_data(sub) -> None:
 def _add_train_drafter(sub) -> None:
     import dataclasses
 
-    from taps.train.drafter import ANCHOR_REGIONS, KINDS, TrainDrafterConfig
+    from taps.drafters import KINDS
+    from taps.train.drafter import ANCHOR_REGIONS, TrainDrafterConfig
 
     t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target on JSONL data")
     t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
@@ -351,6 +352,8 @@ def _add_train_drafter(sub) -> None:
         extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)},
                  "anchor_region": {"choices": list(ANCHOR_REGIONS)}}.get(f.name, {})
         text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
+        if f.name == "kind":  # each registered kind says what it is
+            text += "; " + "; ".join(f"{kind.name}: {kind.doc}" for kind in KINDS.values())
         t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
     t.set_defaults(func=_train_drafter)
 
@@ -398,7 +401,7 @@ def _add_train_scorer(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from taps.drafters import DRAFTERS
+    from taps.drafters import TEST_DRAFTERS
     from taps.policies import POLICIES
 
     p = argparse.ArgumentParser(prog="taps", description=__doc__)
@@ -413,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
     g.add_argument(
         "--drafter", default=None,
-        help="a trained drafter folder, or a test drafter: " + "; ".join(f"{k}: {v.doc}" for k, v in DRAFTERS.items()),
+        help="a trained drafter folder, or a test drafter: " + "; ".join(f"{k}: {v.doc}" for k, v in TEST_DRAFTERS.items()),
     )
     g.add_argument(
         "--method", choices=list(POLICIES), default="chain",

@@ -332,15 +332,14 @@ def record_traces(
     if missing:
         if target is None:
             from taps.assets import load_model
-            from taps.drafters import drafter_feature_layers
             from taps.target import Target
 
             model, tokenizer = load_model(cfg.target, dtype=DTYPES[cfg.dtype])
-            target = Target(model, tokenizer, drafter_feature_layers(cfg.drafter))
+            target = Target(model, tokenizer)
         if drafter is None:
-            from taps.drafters import make_drafter
+            from taps.drafters import load_drafter
 
-            drafter = make_drafter(cfg.drafter, target, block_len=cfg.block_len)
+            drafter = load_drafter(cfg.drafter, target, block_len=cfg.block_len)
         for i in tqdm(missing, disable=not cfg.progress, desc="record traces", unit="prompt"):
             p = prompts[i]
             ids = target.encode(p, chat=cfg.chat_template) if isinstance(p, str) else [int(t) for t in p]
