@@ -289,11 +289,11 @@ def test_a_rerun_with_a_setting_that_changes_numbers_is_refused_naming_it(harnes
 
 
 def test_the_bench_command_refuses_a_changed_setting_before_loading_models(harness, tmp_path, capsys):
-    from taps.drafters import default_drafter
+    from taps.drafters import shipped_drafter
 
     out = tmp_path / "r.jsonl"
     harness(FakeRunner())
-    bench.run_bench(bench.BenchConfig(drafter=default_drafter("smollm2-135m"), methods=("ar", "chain"), limit=1),
+    bench.run_bench(bench.BenchConfig(drafter=shipped_drafter("smollm2-135m"), methods=("ar", "chain"), limit=1),
                     out, progress=False)  # what `taps bench --methods ar,chain --limit 1` records
     before, sessions = out.read_bytes(), FakeSession.created
     argv = ["bench", "--methods", "ar,chain", "--limit", "1", "--out", str(out)]

@@ -9,7 +9,7 @@ from tiny import tiny_model
 from taps.copying import Continuation, CopyPlanner, Rate
 from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
-from taps.drafters import make_drafter
+from taps.drafters import load_drafter
 from taps.target import Target
 
 INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
@@ -92,7 +92,7 @@ def hf_greedy(model, prompt, n):
 def test_copy_rounds_are_lossless_and_happen(family, drafter):
     model = tiny_model(family)
     target = Target(model, feature_layers=(0, 2))
-    d = make_drafter(drafter, target, block_len=6)
+    d = load_drafter(drafter, target, block_len=6)
     res = generate(target, REPEATING, DecodeConfig("taps+copy", budget=8, max_new_tokens=40, stop_ids=()), d,
                    profile=PROFILE)  # fmt: skip
     assert res.token_ids == hf_greedy(model, REPEATING, 40)

@@ -9,7 +9,7 @@ import torch
 from tiny import tiny_model
 
 from taps.costmodel import LatencyProfile, ProfileInfo, cpu_name, default_profile, measure_profile
-from taps.drafters import RandomDrafter
+from taps.drafters.testing import RandomDrafter
 from taps.target import Target
 
 INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)

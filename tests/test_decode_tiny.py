@@ -5,7 +5,7 @@ import torch
 from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
-from taps.drafters import DRAFTERS, make_drafter
+from taps.drafters import TEST_DRAFTERS, load_drafter
 from taps.methods import every_method
 from taps.target import Target
 
@@ -27,7 +27,7 @@ def hf_greedy(model, prompt, n, eos=None):
 
 def run(model, method, drafter, n, stop=(), budget=8, block_len=6, prompt=PROMPT, **kw):
     target = Target(model, feature_layers=(0, 2))
-    d = make_drafter(drafter, target, block_len=block_len) if drafter else None
+    d = load_drafter(drafter, target, block_len=block_len) if drafter else None
     return generate(target, prompt, DecodeConfig(method=method, budget=budget, max_new_tokens=n, stop_ids=stop, **kw), d)
 
 
@@ -36,7 +36,7 @@ SPECULATIVE = [m for m in every_method() if m != "ar" and "rollout" not in m]
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
-@pytest.mark.parametrize("drafter", list(DRAFTERS))
+@pytest.mark.parametrize("drafter", list(TEST_DRAFTERS))
 @pytest.mark.parametrize("method", SPECULATIVE)
 def test_greedy_equals_transformers_generate(model, drafter, method):
     ref = hf_greedy(model, PROMPT, 48)
@@ -66,7 +66,7 @@ def test_proposals_carry_each_rounds_context(model, method):
     rounds = []
     target = Target(model, feature_layers=(0, 2))
     cfg = DecodeConfig(method=method, budget=8, max_new_tokens=30, stop_ids=())
-    res = generate(target, PROMPT, cfg, make_drafter("noisy", target, block_len=6), on_round=rounds.append)
+    res = generate(target, PROMPT, cfg, load_drafter("noisy", target, block_len=6), on_round=rounds.append)
     assert len(rounds) == res.stats.rounds
     committed = 0
     for i, r in enumerate(rounds):
@@ -110,7 +110,7 @@ def test_context_limit_is_respected_exactly():
 def test_kv_cache_after_commits_equals_token_by_token_cache(model):
     target = Target(model)
     res = generate(target, PROMPT, DecodeConfig("ddtree", budget=8, max_new_tokens=25, stop_ids=()),
-                   make_drafter("noisy", target, block_len=5))
+                   load_drafter("noisy", target, block_len=5))
     assert max(res.stats.accepted_per_round) > 0 and res.stats.rounds < 25  # real commits happened
     committed = PROMPT + res.token_ids[:-1]  # the last token is the next root, not yet cached
     assert target.n_cached == len(committed)
@@ -163,4 +163,4 @@ def test_bad_inputs_give_clear_errors(model):
         generate(target, PROMPT, DecodeConfig("chain"))
     other = Target(tiny_model("llama", vocab=50))
     with pytest.raises(ValueError, match="another target"):
-        generate(target, PROMPT, DecodeConfig("chain"), make_drafter("random", other))
+        generate(target, PROMPT, DecodeConfig("chain"), load_drafter("random", other))

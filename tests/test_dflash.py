@@ -8,18 +8,15 @@ from safetensors.torch import save_file
 from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
-from taps.dflash import (
+from taps.drafters import DrafterKind, TargetInfo, drafter_kind, load_drafter
+from taps.drafters.dflash import DFlashDrafter, read_dflash, save_dflash
+from taps.drafters.dflash_model import (
     DFlashConfig,
-    DFlashDrafter,
     DFlashDrafterModel,
-    TargetInfo,
+    RMSNorm,
     apply_rotary,
     default_target_layer_ids,
-    drafter_feature_layers,
-    load_drafter,
-    read_drafter,
     rotary,
-    save_drafter,
 )
 from taps.target import Target
 
@@ -115,46 +112,47 @@ def test_layout_round_trip(model, tmp_path):
     target = Target(model, feature_layers=LAYERS)
     drafter = random_drafter(model)
     before = marginals(DFlashDrafter(drafter, target), target, PROMPT)
-    save_drafter(drafter, tmp_path / "d", TargetInfo.of(model, "tiny"))
+    save_dflash(drafter, tmp_path / "d", TargetInfo.of(model, "tiny"))
     raw = json.loads((tmp_path / "d" / "config.json").read_text())
     assert raw["architectures"] == ["DFlashDraftModel"] and raw["block_size"] == 8
     assert raw["dflash_config"] == {"mask_token_id": MASK, "target_layer_ids": list(LAYERS)}
     assert raw["taps"] == {"target": "tiny", "vocab_size": 96, "hidden_size": 64, "num_hidden_layers": 3,
                            "target_layer_ids": list(LAYERS)}
-    assert drafter_feature_layers(tmp_path / "d") == LAYERS  # what to build the Target with
-    loaded, _ = read_drafter(tmp_path / "d")
+    assert isinstance(drafter_kind(tmp_path / "d"), DrafterKind) and drafter_kind(tmp_path / "d").name == "dflash"
+    loaded, _ = read_dflash(tmp_path / "d")
     assert loaded.config == drafter.config
     for name, tensor in drafter.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
-    after = marginals(load_drafter(tmp_path / "d", target), target, PROMPT)
-    assert torch.equal(before, after)
+    fresh = Target(model)  # no feature layers: loading the drafter tells the target which to read
+    after = marginals(load_drafter(str(tmp_path / "d"), fresh), fresh, PROMPT)
+    assert fresh.feature_layers == LAYERS and torch.equal(before, after)
     assert after.shape == (7, 96) and torch.allclose(after.sum(-1), torch.ones(7))
     # saving again replaces the folder as a whole and leaves no temporary folder behind
-    save_drafter(random_drafter(model, seed=2), tmp_path / "d", TargetInfo.of(model, "tiny"))
+    save_dflash(random_drafter(model, seed=2), tmp_path / "d", TargetInfo.of(model, "tiny"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
 def test_a_crash_while_saving_keeps_the_previous_folder(model, tmp_path, monkeypatch):
     drafter = random_drafter(model)
-    save_drafter(drafter, tmp_path / "d", TargetInfo.of(model, "tiny"))
+    save_dflash(drafter, tmp_path / "d", TargetInfo.of(model, "tiny"))
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("taps.dflash.save_file", crash)
+    monkeypatch.setattr("taps.drafters.dflash.save_file", crash)
     with pytest.raises(KeyboardInterrupt):
-        save_drafter(random_drafter(model, seed=2), tmp_path / "d", TargetInfo.of(model, "tiny"))
+        save_dflash(random_drafter(model, seed=2), tmp_path / "d", TargetInfo.of(model, "tiny"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
-    assert torch.equal(read_drafter(tmp_path / "d")[0].fc.weight, drafter.fc.weight)
+    assert torch.equal(read_dflash(tmp_path / "d")[0].fc.weight, drafter.fc.weight)
 
 
 def test_draft_vocabulary_is_stored_and_zero_elsewhere(model, tmp_path):
     target = Target(model, feature_layers=LAYERS)
     vocab = [3, 50, 7, 11, 95, 60, 61]
     drafter = random_drafter(model, draft_vocab_ids=vocab)
-    save_drafter(drafter, tmp_path / "d", TargetInfo.of(model, "tiny"))
+    save_dflash(drafter, tmp_path / "d", TargetInfo.of(model, "tiny"))
     assert json.loads((tmp_path / "d" / "config.json").read_text())["dflash_config"]["draft_vocab_size"] == 7
-    loaded = load_drafter(tmp_path / "d", target)
+    loaded = load_drafter(str(tmp_path / "d"), target)
     assert loaded.model.config.draft_vocab_ids == tuple(sorted(vocab))
     q = marginals(loaded, target, PROMPT)
     outside = torch.ones(96, dtype=torch.bool)
@@ -175,8 +173,8 @@ def test_hub_folder_without_taps_block_loads(model, tmp_path, style):
         raw["rope_parameters"] = {"rope_theta": 10000.0, "rope_type": "default"}
         raw["dflash_config"]["block_size"] = 8
     drafter = write_hub_folder(tmp_path / "hub", model, raw)
-    target = Target(model, feature_layers=LAYERS)
-    loaded = load_drafter(tmp_path / "hub", target)
+    target = Target(model)
+    loaded = load_drafter(str(tmp_path / "hub"), target)
     assert loaded.block_len == 7 and loaded.model.config.mask_token_id == MASK
     for name, tensor in drafter.state_dict().items():  # bfloat16 on disk, float32 in the target's dtype here
         assert torch.equal(loaded.model.state_dict()[name], tensor.to(torch.bfloat16).float()), name
@@ -184,30 +182,29 @@ def test_hub_folder_without_taps_block_loads(model, tmp_path, style):
 
 
 def test_mismatching_target_gives_clear_errors(model, tmp_path):
-    save_drafter(random_drafter(model), tmp_path / "d", TargetInfo.of(model, "tiny"))
-    other = Target(tiny_model("llama", vocab=120), feature_layers=LAYERS)
+    save_dflash(random_drafter(model), tmp_path / "d", TargetInfo.of(model, "tiny"))
+    other = Target(tiny_model("llama", vocab=120))
     with pytest.raises(ValueError, match=r"trained for target 'tiny' with vocab_size=96, but this target has vocab_size=120"):
-        load_drafter(tmp_path / "d", other)
-    with pytest.raises(ValueError, match=r"target_layer_ids=\[0, 2\], but this target has target_layer_ids=\[0, 1\]"):
-        load_drafter(tmp_path / "d", Target(model, feature_layers=(0, 1)))
+        load_drafter(str(tmp_path / "d"), other)
+    repointed = Target(model, feature_layers=(0, 1))
+    load_drafter(str(tmp_path / "d"), repointed)
+    assert repointed.feature_layers == LAYERS  # the drafter says which layers the target reads
     raw = json.loads((tmp_path / "d" / "config.json").read_text())
     raw["taps"]["num_hidden_layers"] = 30
     (tmp_path / "d" / "config.json").write_text(json.dumps(raw))
     with pytest.raises(ValueError, match="num_hidden_layers=30, but this target has num_hidden_layers=3"):
-        load_drafter(tmp_path / "d", Target(model, feature_layers=LAYERS))
+        load_drafter(str(tmp_path / "d"), Target(model))
     # hub folders: only what the folder determines is checked
     write_hub_folder(tmp_path / "hub", model)
     with pytest.raises(ValueError, match="vocab_size=96 but the target's LM head has 120 rows"):
-        load_drafter(tmp_path / "hub", other)
-    with pytest.raises(ValueError, match=r"feature_layers=\(0, 2\)"):
-        load_drafter(tmp_path / "hub", Target(model))
+        load_drafter(str(tmp_path / "hub"), other)
     write_hub_folder(tmp_path / "deep", model, hub_config(model, num_target_layers=36))
     with pytest.raises(ValueError, match="num_target_layers=36, but this target has 3 layers"):
-        load_drafter(tmp_path / "deep", Target(model, feature_layers=LAYERS))
+        load_drafter(str(tmp_path / "deep"), Target(model))
     bad = hub_config(model, dflash_config={"mask_token_id": MASK, "target_layer_ids": [0, 7]})
     write_hub_folder(tmp_path / "far", model, bad)
     with pytest.raises(ValueError, match=r"reads target layers \[7\], outside the target's 3 layers"):
-        load_drafter(tmp_path / "far", Target(model, feature_layers=LAYERS))
+        load_drafter(str(tmp_path / "far"), Target(model))
 
 
 def test_unsupported_hub_variants_are_refused(model, tmp_path):
@@ -218,7 +215,7 @@ def test_unsupported_hub_variants_are_refused(model, tmp_path):
     ]:
         write_hub_folder(tmp_path / "x", model, hub_config(model, **change))
         with pytest.raises(ValueError, match=message):
-            read_drafter(tmp_path / "x")
+            read_dflash(tmp_path / "x")
 
 
 def test_bad_or_missing_mask_token_is_an_error(model, tmp_path):
@@ -229,10 +226,10 @@ def test_bad_or_missing_mask_token_is_an_error(model, tmp_path):
     assert cfg.mask_token_id == MASK
     write_hub_folder(tmp_path / "none", model, hub_config(model, dflash_config={"target_layer_ids": list(LAYERS)}))
     with pytest.raises(ValueError, match="dflash_config.mask_token_id is missing"):
-        read_drafter(tmp_path / "none")
+        read_dflash(tmp_path / "none")
     write_hub_folder(tmp_path / "far", model, hub_config(model, dflash_config={"mask_token_id": 96, "target_layer_ids": list(LAYERS)}))
     with pytest.raises(ValueError, match="mask_token_id=96 is not a token id"):
-        read_drafter(tmp_path / "far")
+        read_dflash(tmp_path / "far")
 
 
 def test_config_validation():
@@ -297,8 +294,6 @@ def test_rotary_and_norm_match_transformers_qwen3():
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, Qwen3RotaryEmbedding
     from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb as hf_rotary
 
-    from taps.dflash import RMSNorm
-
     cfg = Qwen3Config(hidden_size=64, num_attention_heads=4, head_dim=16, rope_parameters={"rope_theta": 1e6, "rope_type": "default"})
     pos = torch.tensor([[0, 3, 17, 900, 4000]])
     x = torch.randn(1, 4, 5, 16)
@@ -322,8 +317,8 @@ def hf_greedy(model, prompt, n):
 
 @pytest.mark.parametrize("method", ["chain", "ddtree"])
 def test_decoding_with_a_dflash_drafter_is_lossless(model, method, tmp_path):
-    save_drafter(random_drafter(model), tmp_path / "d", TargetInfo.of(model, "tiny"))
-    target = Target(model, feature_layers=LAYERS)
-    drafter = load_drafter(tmp_path / "d", target)
+    save_dflash(random_drafter(model), tmp_path / "d", TargetInfo.of(model, "tiny"))
+    target = Target(model)
+    drafter = load_drafter(str(tmp_path / "d"), target)
     res = generate(target, PROMPT, DecodeConfig(method=method, budget=8, max_new_tokens=40, stop_ids=()), drafter)
     assert res.token_ids == hf_greedy(model, PROMPT, 40)

@@ -9,9 +9,10 @@ import torch
 from tiny import greedy_sequences, tiny_model
 
 from taps.decode import DecodeConfig, generate
-from taps.drafters import drafter_feature_layers, make_drafter
+from taps.drafters import TargetInfo, drafter_kind, load_drafter, shipped_drafter
+from taps.drafters.grown import GrownConfig, GrownDrafter, add_adapters, block_layout, block_logits, read_grown, save_grown
+from taps.drafters.loading import SHIPPED
 from taps.quantize import quantized_layers
-from taps.grown import GrownConfig, GrownDrafter, add_adapters, block_layout, block_logits, read_grown
 from taps.policies import POLICIES
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, train_drafter
@@ -102,9 +103,10 @@ def test_train_a_grown_drafter_and_decode_losslessly(tmp_path, folders, sequence
     assert {"grown.json", "adapter_config.json", "adapter_model.safetensors"} <= files and "model.safetensors" not in files
     cfg, info = read_grown(result.drafter_dir)
     assert cfg.base == str(folders / "base") and info["vocab_size"] == 96
-    assert drafter_feature_layers(str(result.drafter_dir)) == ()
-    tgt = Target(target)
-    drafter = make_drafter(str(result.drafter_dir), tgt)
+    assert drafter_kind(result.drafter_dir).name == "grown"
+    tgt = Target(target, feature_layers=(0, 2))
+    drafter = load_drafter(str(result.drafter_dir), tgt)
+    assert tgt.feature_layers == ()  # a grown drafter reads no target features
     assert drafter.block_len == 5
     prompt = [5, 17, 33, 2]
     ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
@@ -112,7 +114,7 @@ def test_train_a_grown_drafter_and_decode_losslessly(tmp_path, folders, sequence
     for method in ("chain", "ddtree"):
         res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), drafter)
         assert res.token_ids == ref, method
-    int8 = make_drafter(str(result.drafter_dir), tgt, quantize="int8")  # taps.quantize, through the folder
+    int8 = load_drafter(str(result.drafter_dir), tgt, quantize="int8")  # taps.quantize, through the folder
     assert quantized_layers(int8.model) > 0
     assert generate(tgt, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=30, stop_ids=()), int8).token_ids == ref
     # resuming a finished run is a no-op; other settings in the same folder are refused
@@ -124,12 +126,9 @@ def test_train_a_grown_drafter_and_decode_losslessly(tmp_path, folders, sequence
 def test_a_drafter_for_another_target_is_refused(tmp_path, folders, target):
     base = tiny_model("qwen2", seed=1)
     cfg = GrownConfig(str(folders / "base"), MASK, block_size=4)
-    from taps.dflash import TargetInfo
-    from taps.grown import save_grown
-
     save_grown(add_adapters(base, cfg), cfg, tmp_path / "d", TargetInfo("other", 128, 64, 3))
     with pytest.raises(ValueError, match="vocab_size=128"):
-        make_drafter(str(tmp_path / "d"), Target(target))
+        load_drafter(str(tmp_path / "d"), Target(target))
 
 
 def test_config_errors(tmp_path):
@@ -149,10 +148,9 @@ def test_config_errors(tmp_path):
 
 def test_the_shipped_grown_drafter_names_its_base_and_target():
     from taps.assets import MODELS
-    from taps.drafters import SHIPPED, default_drafter
 
     folder = SHIPPED / "qwen2.5-coder-1.5b"
-    assert default_drafter("qwen2.5-coder-1.5b") == str(folder)
+    assert shipped_drafter("qwen2.5-coder-1.5b") == str(folder) and drafter_kind(folder).name == "grown"
     cfg, info = read_grown(folder)
     assert cfg.base in MODELS and info["name"] == "qwen2.5-coder-1.5b" and info["vocab_size"] == 151936
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == cfg.base
@@ -215,7 +213,7 @@ def test_rollout_methods_decode_losslessly(target, base):
 def test_rollout_needs_a_drafter_that_can_roll_out(target):
     tgt = Target(target)
     with pytest.raises(ValueError, match="only a grown drafter"):
-        generate(tgt, [5, 17, 33], DecodeConfig("taps-rollout", max_new_tokens=4), make_drafter("noisy", tgt))
+        generate(tgt, [5, 17, 33], DecodeConfig("taps-rollout", max_new_tokens=4), load_drafter("noisy", tgt))
     with pytest.raises(ValueError, match="rollout_steps"):
         DecodeConfig("taps-rollout", rollout_steps=-1)
 

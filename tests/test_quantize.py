@@ -6,8 +6,8 @@ import torch
 from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
-from taps.drafters import make_drafter
-from taps.grown import GrownConfig, GrownDrafter
+from taps.drafters import load_drafter
+from taps.drafters.grown import GrownConfig, GrownDrafter
 from taps.quantize import load_dtype, quantize_linears, quantized_layers
 from taps.target import Target
 
@@ -35,7 +35,7 @@ def test_none_leaves_the_model_alone_and_bad_requests_are_refused():
     with pytest.raises(ValueError, match="needs a float32 model"):
         quantize_linears(tiny_model("llama").to(torch.bfloat16), "int8")
     with pytest.raises(ValueError, match="no weights to quantize"):
-        make_drafter("oracle", Target(model), quantize="int8")  # it runs the target itself
+        load_drafter("oracle", Target(model), quantize="int8")  # it runs the target itself
 
 
 @pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
@@ -47,7 +47,7 @@ def test_decoding_with_an_int8_drafter_equals_greedy(method):
     target = Target(model)
     base = tiny_model("qwen2", seed=0)
     drafter = GrownDrafter(base, GrownConfig(base="tiny", mask_token_id=95, block_size=6), target)
-    drafter.model = quantize_linears(drafter.model, "int8")  # as make_drafter does for a trained drafter
+    drafter.model = quantize_linears(drafter.model, "int8")  # as load_drafter does for a trained drafter
     ref = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
                          do_sample=False, max_new_tokens=40, pad_token_id=0)[0, len(PROMPT):].tolist()  # fmt: skip
     res = generate(target, PROMPT, DecodeConfig(method, budget=8, max_new_tokens=40, stop_ids=()), drafter)

@@ -1,6 +1,5 @@
 """Temperature > 0: speculative output must follow the target's own distribution exactly."""
 
-import itertools
 
 import pytest
 import torch
@@ -9,8 +8,8 @@ from tiny import tiny_model
 
 from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
-from taps.drafters import make_drafter
-from taps.grown import GrownConfig, GrownDrafter
+from taps.drafters import load_drafter
+from taps.drafters.grown import GrownConfig, GrownDrafter
 from taps.target import Target
 from taps.tree import Tree
 from taps.verify import SamplingConfig
@@ -54,7 +53,7 @@ def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, m
     if drafter == "grown":  # a grown drafter whose base is the target itself, mask token 7
         d = GrownDrafter(model, GrownConfig("target", VOCAB - 1, block_size=3), target)
     else:
-        d = make_drafter(drafter, target, block_len=3)
+        d = load_drafter(drafter, target, block_len=3)
     law = exact_two_token_law(model, sampling)
     samples, accepted = [], 0
     for seed in range(N_RUNS):
@@ -86,7 +85,7 @@ def test_copy_rounds_follow_the_target_distribution(model):
                 for c in range(VOCAB):
                     law[(b, c)] = law.get((b, c), 0.0) + float(p1[a] * p2[b] * p3[c])
     target = Target(model)
-    d = make_drafter("random", target, block_len=3)
+    d = load_drafter("random", target, block_len=3)
     samples, copies = [], 0
     for seed in range(N_RUNS):
         cfg = DecodeConfig("taps+copy", budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)

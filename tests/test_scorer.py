@@ -5,7 +5,7 @@ import pytest
 import torch
 from marginals import random_marginals
 
-from taps.drafters import default_scorer
+from taps.drafters import shipped_scorer
 from taps.policies import TapsConfig, build_pool, ddtree, taps
 from taps.scorer import (
     CandidatePool,
@@ -135,7 +135,7 @@ def test_save_load_round_trip(tmp_path):
     m, pool, f = pool_and_features(7)
     s = perturbed_scorer()
     s.save(tmp_path / "scorer")
-    assert sorted(p.name for p in (tmp_path / "scorer").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "scorer").iterdir()) == ["model.safetensors", "scorer.json"]
     loaded = EdgeScorer.load(tmp_path / "scorer")
     assert loaded.config == s.config
     assert torch.equal(loaded.q_cond(pool, m), s.q_cond(pool, m))
@@ -143,9 +143,9 @@ def test_save_load_round_trip(tmp_path):
 
 def test_a_drafter_folder_brings_its_scorer(tmp_path):
     """`taps` uses the scorer saved in the drafter's folder unless told otherwise."""
-    assert default_scorer(str(tmp_path)) is None and default_scorer("noisy") is None and default_scorer(None) is None
+    assert shipped_scorer(str(tmp_path)) is None and shipped_scorer("noisy") is None and shipped_scorer(None) is None
     perturbed_scorer().save(tmp_path / "scorer")
-    assert default_scorer(str(tmp_path)) == str(tmp_path / "scorer")
+    assert shipped_scorer(str(tmp_path)) == str(tmp_path / "scorer")
 
 
 @pytest.mark.parametrize("seed", range(5))

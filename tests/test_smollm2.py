@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from taps.decode import DecodeConfig, default_stop_ids, generate
-from taps.drafters import make_drafter
+from taps.drafters import load_drafter
 from taps.target import Target
 
 PROMPTS = [
@@ -38,7 +38,7 @@ def references(target):
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 @pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
 def test_greedy_equals_transformers_generate(target, references, drafter, method):
-    d = make_drafter(drafter, target, block_len=7)
+    d = load_drafter(drafter, target, block_len=7)
     for text, (ids, ref) in references.items():
         res = generate(target, ids, DecodeConfig(method, budget=8, max_new_tokens=40), d)
         assert res.token_ids == ref, text
@@ -77,7 +77,8 @@ def test_cli_reports_bad_input_clearly():
 
 
 def test_cli_without_a_drafter_names_the_choices(monkeypatch, tmp_path):
-    from taps import cli, drafters
+    from taps import cli
+    from taps.drafters import loading
 
-    monkeypatch.setattr(drafters, "SHIPPED", tmp_path)  # as if taps shipped no drafter for the target
+    monkeypatch.setattr(loading, "SHIPPED", tmp_path)  # as if taps shipped no drafter for the target
     assert cli.main(["generate", "--method", "chain", "--prompt", "hi"]) == 2

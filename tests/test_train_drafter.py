@@ -8,19 +8,13 @@ import torch
 from tiny import greedy_sequences, tiny_model
 
 from taps.decode import DecodeConfig, generate
-from taps.dflash import DFlashConfig, DFlashDrafter, DFlashDrafterModel, load_drafter
+from taps.drafters import load_drafter
+from taps.drafters.dflash import DFlashDrafter
+from taps.drafters.dflash_model import DFlashConfig, DFlashDrafterModel
+from taps.drafters.dflash_training import BlockObjective, build_block_mask, draft_vocabulary, target_pass
+from taps.drafters.objective import slot_weights
 from taps.target import Target
-from taps.train.drafter import (
-    BlockObjective,
-    TrainDrafterConfig,
-    build_block_mask,
-    draft_vocabulary,
-    load_sequences,
-    sample_anchors,
-    slot_weights,
-    target_pass,
-    train_drafter,
-)
+from taps.train.drafter import TrainDrafterConfig, load_sequences, sample_anchors, train_drafter
 
 LAYERS = (0, 2)
 MASK = 95
@@ -158,8 +152,8 @@ def test_train_drafter_end_to_end(model, tmp_path, data_file):
     assert records[-1]["eval_loss"] < records[0]["eval_loss"]
     assert not list((tmp_path / "run").glob("*.tmp"))
     # the result is an ordinary DFlash folder: it decodes losslessly
-    target = Target(model, feature_layers=LAYERS)
-    drafter = load_drafter(result.drafter_dir, target)
+    target = Target(model)
+    drafter = load_drafter(str(result.drafter_dir), target)
     prompt = [5, 17, 33, 2]
     res = generate(target, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=30, stop_ids=()), drafter)
     ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
@@ -213,8 +207,8 @@ def test_bfloat16_soft_labels_and_draft_vocabulary(tmp_path, data_file):
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert all(math.isfinite(r["eval_loss"]) for r in records)
     assert records[-1]["eval_loss"] < records[0]["eval_loss"]
-    target = Target(model, feature_layers=LAYERS)
-    drafter = load_drafter(result.drafter_dir, target)
+    target = Target(model)
+    drafter = load_drafter(str(result.drafter_dir), target)
     assert len(drafter.model.config.draft_vocab_ids) == 40 and drafter.model.fc.weight.dtype == torch.bfloat16
 
 

@@ -11,7 +11,7 @@ from tiny import tiny_model
 
 from taps.cli import main
 from taps.decode import DecodeConfig, generate
-from taps.drafters import make_drafter
+from taps.drafters import load_drafter
 from taps.policies import POLICIES
 from taps.scorer import CandidatePool, EdgeScorer, MarginalScorer, Source
 from taps.target import Target
@@ -44,7 +44,7 @@ def target(model):
 
 @pytest.fixture(scope="module")
 def drafter(target):
-    return make_drafter("noisy", target, block_len=4)
+    return load_drafter("noisy", target, block_len=4)
 
 
 def prompts(n, seed=0, length=8):

@@ -256,7 +256,7 @@ def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
 
 
 TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every field has an option)
-    "kind": "dflash: a new DFlash model reading target features; grown: a pretrained --base with LoRA adapters",
+    "kind": "the drafter kind to train",
     "base": "with --kind grown: the pretrained model grown into a drafter (e.g. qwen2.5-coder-0.5b)",
     "lora_rank": "with --kind grown: rank of the LoRA adapters (alpha = 2 * rank)",
     "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
@@ -371,6 +371,8 @@ def _add_train_drafter(sub) -> None:
         extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)},
                  "anchor_region": {"choices": list(ANCHOR_REGIONS)}}.get(f.name, {})
         text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
+        if f.name == "kind":  # each registered kind says what it is
+            text += "; " + "; ".join(f"{kind.name}: {kind.doc}" for kind in KINDS.values())
         t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
     t.set_defaults(func=_train_drafter)
 

@@ -31,6 +31,8 @@ from torch import nn
 
 FORMAT = "taps-edge-scorer"
 VERSION = 1
+CONFIG_FILE = "scorer.json"  # marks a scorer folder; a drafter kind's marker is never this
+OLD_CONFIG_FILE = "config.json"  # what scorer folders held before: still read, never written
 EPS = 1e-6  # floor for probabilities inside logs
 HASH_MULTIPLIER = 2654435761  # Knuth's multiplicative hash (2^32 / golden ratio): token id -> bucket
 
@@ -201,17 +203,17 @@ class EdgeScorer(nn.Module):
         return self(EdgeFeatures.from_pool(pool, depth_entropy(marginals)))[0].exp()
 
     def save(self, folder: str | Path) -> None:
-        """config.json + model.safetensors."""
+        """scorer.json + model.safetensors."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         meta = {"format": FORMAT, "version": VERSION, "sources": [s.name.lower() for s in Source], **asdict(self.config)}
-        (folder / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
 
     @staticmethod
     def load(folder: str | Path) -> "EdgeScorer":
         folder = Path(folder)
-        meta = json.loads((folder / "config.json").read_text())
+        meta = json.loads(scorer_config(folder).read_text())
         if meta.pop("format", None) != FORMAT or meta.pop("version", None) != VERSION:
             raise ValueError(f"{folder} does not hold a {FORMAT} v{VERSION} checkpoint")
         sources, known = meta.pop("sources"), [s.name.lower() for s in Source]
@@ -220,6 +222,16 @@ class EdgeScorer(nn.Module):
         scorer = EdgeScorer(ScorerConfig(**meta))
         scorer.load_state_dict(load_file(str(folder / "model.safetensors")))
         return scorer.eval()
+
+
+def scorer_config(folder: str | Path) -> Path:
+    """A scorer folder's config file: scorer.json, or config.json in a folder saved before."""
+    folder = Path(folder)
+    return folder / CONFIG_FILE if (folder / CONFIG_FILE).is_file() else folder / OLD_CONFIG_FILE
+
+
+def is_scorer_folder(folder: str | Path) -> bool:
+    return scorer_config(folder).is_file()
 
 
 def log_reach(log_q_cond: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:

@@ -35,15 +35,21 @@ class Target:
                 f"tree verification needs a prepared 4D mask, which attn_implementation={impl!r} "
                 "cannot take; load the target with attn_implementation='sdpa' or 'eager'"
             )
-        n_layers = model.config.num_hidden_layers
-        for layer in feature_layers:
-            if not 0 <= layer < n_layers:
-                raise TargetError(f"feature layer {layer} is outside the target's {n_layers} layers")
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.feature_layers = tuple(feature_layers)
+        self.read_features(feature_layers)
         self.cache: DynamicCache | None = None
         self.n_cached = 0
+
+    def read_features(self, layers: Sequence[int]) -> None:
+        """Make prefill and forward_tree return the outputs of decoder `layers` (concatenated, in
+        this order) as features: the layers the drafter reads (`drafter.feature_layers`). Call it
+        before a sequence starts, never within one."""
+        n_layers = self.model.config.num_hidden_layers
+        for layer in layers:
+            if not 0 <= layer < n_layers:
+                raise TargetError(f"feature layer {layer} is outside the target's {n_layers} layers")
+        self.feature_layers = tuple(layers)
 
     @property
     def config(self):

@@ -24,7 +24,7 @@ from taps.assets import model_dir
 from taps.records import read_records
 from taps.costmodel import LatencyProfile
 from taps.datasets import load_prompts
-from taps.drafters import default_drafter, default_scorer, make_drafter
+from taps.drafters import load_drafter, shipped_drafter, shipped_scorer
 from taps.lookup import ngram_continuations
 from taps.policies import CandidatePath, configure_policy, get_policy
 from taps.scorer import EdgeScorer
@@ -61,10 +61,11 @@ def main():
     torch.set_flush_denormal(True)
     target_name = "qwen2.5-coder-1.5b"
     tok = AutoTokenizer.from_pretrained(model_dir(target_name))
-    target = SimpleNamespace(vocab_size=151936, dtype=torch.float32)  # the drafter reads these two only
-    drafter = make_drafter(default_drafter(target_name), target, quantize=args.drafter_quant)
+    # the drafter reads these two only, and tells the target to read no features
+    target = SimpleNamespace(vocab_size=151936, dtype=torch.float32, read_features=lambda layers: None)
+    drafter = load_drafter(shipped_drafter(target_name), target, quantize=args.drafter_quant)
     profile = LatencyProfile.load(args.profile)
-    scorer_dir = default_scorer(default_drafter(target_name))
+    scorer_dir = shipped_scorer(shipped_drafter(target_name))
     scorer = EdgeScorer.load(scorer_dir) if scorer_dir and not args.no_scorer else None
     greedy = {r["prompt_id"]: r["token_ids"][0] for r in read_records(Path(args.records))
               if r["method"] == "ar" and r["temperature"] == 0 and r["dataset"] == args.dataset}

@@ -1,24 +1,8 @@
-"""Training a block drafter (method.md section 2, "Training recipe"): a DFlash model (kind
-"dflash") or a pretrained model grown into one (kind "grown", taps.grown). Both train on the same
-data with the same random anchors, slot weights, schedule and checkpoints; a `Trainee` gives the
-kind's block losses, trainable parameters and saved folder.
-
-DFlash:
-The frozen target runs once over a whole training sequence and gives the hidden states of the
-drafter's `target_layer_ids` (and, for soft labels, its top-k next-token distributions). Random
-anchors each make one block `[token at the anchor, MASK, ..., MASK]` at positions
-`anchor + 0..block_size-1`; one attention mask (`build_block_mask`) trains every block of the
-sequence in a single drafter forward: a block sees the context strictly before its anchor and
-itself, never another block. This is exactly what the drafter sees at inference, where the root
-sits at the anchor and the context is every committed token before it.
-
-Only the drafter's layers, `fc` and norms train; the target's embeddings and LM head stay frozen.
-
-Grown: the base model reads the sequence and every anchor's mask block in one forward
-(taps.grown.block_layout) and needs no target at all; only its adapters and mask row train.
-
-Both: slot k >= 1 learns the token at anchor + k with weight exp(-(k-1)/gamma): early slots matter
-most, since a drafted path is only accepted up to its first miss.
+"""Training a block drafter of any registered kind (taps.drafters.KINDS; method.md section 2,
+"Training recipe"). Every kind trains on the same data with the same random anchors, slot
+weights (taps.drafters.objective), schedule and checkpoints; the kind's `Trainee` gives its block
+losses, its trainable parameters and, through the kind, its saved folder. This module is the
+generic loop: data, anchors, optimizer, schedule, evaluation, logging, resume.
 """
 
 from __future__ import annotations
@@ -28,26 +12,25 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from taps.assets import DTYPES
-from taps.dflash import DFlashConfig, DFlashDrafterModel, TargetInfo, save_drafter
+from taps.drafters import KINDS
+from taps.drafters.base import Trainee
 from taps.records import is_header
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-KINDS = ("dflash", "grown")
 ANCHOR_REGIONS = ("answer", "all")
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}  # published slot-weight decay per block size
 STATE_FILE = "state.pt"  # resumable training state
-DRAFTER_DIR = "drafter"  # the latest drafter, DFlash layout
+DRAFTER_DIR = "drafter"  # the latest drafter, a folder of its kind
 LOG_FILE = "log.jsonl"  # one record per evaluation
 # fields that may change between a run and its resumption: they do not change what is trained
 # (the data file may move too: its content is compared, by hash)
@@ -58,9 +41,9 @@ RUN_FIELDS = frozenset({"out", "data", "stop_after_steps", "progress", "eval_eve
 class TrainDrafterConfig:
     target: str  # the frozen target: a packaged model name, a folder or a hub id (taps.assets.load_model)
     data: str  # JSONL file of training sequences, one {"ids": [token ids of the target]} record a line
-    out: str  # output folder: state.pt (resume), drafter/ (DFlash layout), log.jsonl
+    out: str  # output folder: state.pt (resume), drafter/ (a folder of the kind), log.jsonl
     mask_token_id: int  # block filler; a row of the target's (dflash) or base's (grown) embedding table, never pad or eos
-    kind: str = "dflash"  # "dflash": a new model reading target features; "grown": a pretrained base with adapters
+    kind: str = "dflash"  # the drafter kind to train: a name in taps.drafters.KINDS (each lists the options below only it reads)
     base: str | None = None  # kind "grown": the pretrained model grown into a drafter (packaged name, folder or hub id)
     lora_rank: int = 16  # kind "grown": rank of the adapters (alpha = 2 * rank)
     num_hidden_layers: int = 1  # kind "dflash": drafter transformer layers (published: 5; 1-3 fit a CPU)
@@ -78,7 +61,7 @@ class TrainDrafterConfig:
     grad_clip: float = 1.0  # gradient-norm clip (published: 1.0)
     gamma: float | None = None  # slot-weight decay exp(-(k-1)/gamma); None: 7, 5, 4 for blocks of 16, 10, 8
     soft_label_weight: float = 0.0  # kind "dflash": share of the loss given to KL(target top-k || drafter); 0: hard labels only
-    soft_label_top_k: int = 64  # tokens of the target's distribution kept for soft labels
+    soft_label_top_k: int = 64  # kind "dflash": tokens of the target's distribution kept for soft labels
     eval_sequences: int = 8  # sequences held out (chosen by seed) to measure loss and per-slot accuracy
     eval_every: int = 100  # optimizer steps between evaluations (each appends a record to log.jsonl)
     save_every: int = 100  # optimizer steps between resumable checkpoints (state.pt and drafter/)
@@ -92,17 +75,7 @@ class TrainDrafterConfig:
             object.__setattr__(self, "target_layer_ids", tuple(self.target_layer_ids))
         if not isinstance(self.mask_token_id, int) or self.mask_token_id < 0:
             raise ValueError(f"mask_token_id must be a token id of the target, got {self.mask_token_id!r}")
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.kind == "grown":
-            if not self.base:
-                raise ValueError('kind "grown" needs base: the pretrained model to grow (e.g. qwen2.5-coder-0.5b)')
-            dflash_only = {"target_layer_ids": None, "draft_vocab_size": None, "soft_label_weight": 0.0}
-            for name, default in dflash_only.items():
-                if getattr(self, name) != default:
-                    raise ValueError(f'{name} applies to kind "dflash" only; a grown drafter reads no target')
-        elif self.base is not None:
-            raise ValueError('base applies to kind "grown" only')
+        self._check_kind_options()
         if self.anchor_region not in ANCHOR_REGIONS:
             raise ValueError(f"anchor_region must be one of {', '.join(ANCHOR_REGIONS)}, got {self.anchor_region!r}")
         if self.dtype not in DTYPES:
@@ -129,6 +102,19 @@ class TrainDrafterConfig:
             raise ValueError(
                 f"no published gamma for block_size={self.block_size} (known: {sorted(GAMMA_BY_BLOCK)}); set gamma"
             )
+
+    def _check_kind_options(self) -> None:
+        """The kind is registered, its required options are given, other kinds' options are not."""
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        for name, what in KINDS[self.kind].training.required.items():
+            if getattr(self, name) is None:
+                raise ValueError(f'kind "{self.kind}" needs {name}: {what}')
+        defaults = {f.name: f.default for f in fields(self)}
+        foreign = [(name, other.name) for other in KINDS.values() if other.name != self.kind for name in other.training.options]
+        for name, owner in foreign:
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(f'{name} applies to kind "{owner}" only, not to kind "{self.kind}"')
 
     @property
     def slot_gamma(self) -> float:
@@ -190,218 +176,15 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch)).tolist()
 
 
-def draft_vocabulary(sequences: Sequence[Sequence[int]], size: int, vocab_size: int) -> tuple[int, ...]:
-    """The `size` most frequent tokens (ties: lower id first), sorted by id."""
-    counts = torch.bincount(torch.tensor([t for s in sequences for t in s]), minlength=vocab_size)  # [vocab]
-    order = torch.argsort(-counts, stable=True)  # [vocab] most frequent first; stable keeps ties by id
-    return tuple(sorted(order[:size].tolist()))
-
-
 # ---------------------------------------------------------------------------------------------
-# Blocks, mask, loss
+# Anchors and trainable state
 # ---------------------------------------------------------------------------------------------
-
-
-def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
-    """[block]: 0 for slot 0 (the root, given), exp(-(k-1)/gamma) for slot k >= 1."""
-    k = torch.arange(block_size, dtype=torch.float32)
-    weights = torch.exp(-(k - 1) / gamma)
-    weights[0] = 0.0
-    return weights
 
 
 def sample_anchors(seq_len: int, n: int, generator: torch.Generator, first: int = 0) -> torch.Tensor:
     """[min(n, seq_len - 1 - first)] distinct sorted anchors in [first, seq_len - 2]: each has a label after it."""
     candidates = first + torch.randperm(seq_len - 1 - first, generator=generator)[:n]
     return candidates.sort().values
-
-
-def build_block_mask(anchors: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
-    """[n_blocks * block, seq_len + n_blocks * block] bool, True = may attend.
-
-    Keys are [context positions 0..seq_len-1 ; block 0 ; block 1 ; ...], queries the blocks.
-    Block i sees context strictly before anchors[i] (the root's own features come from the round
-    that commits it, so at inference they are never there yet) and all of itself."""
-    n = anchors.shape[0]
-    query_block = torch.arange(n * block_size) // block_size  # [Q]
-    context = torch.arange(seq_len)[None, :] < anchors[query_block][:, None]  # [Q, seq_len]
-    same_block = query_block[:, None] == query_block[None, :]  # [Q, Q]
-    return torch.cat([context, same_block], dim=1)
-
-
-@dataclass
-class TargetPass:
-    """What the frozen target gives for one sequence."""
-
-    ids: torch.Tensor  # [S] the sequence
-    features: torch.Tensor  # [S, n_layers * H] outputs of the drafter's target layers
-    soft_ids: torch.Tensor | None  # [S, k] row p: the target's top-k tokens for position p + 1
-    soft_probs: torch.Tensor | None  # [S, k] their probabilities (renormalised over the k)
-
-
-@torch.no_grad()
-def target_pass(model: "PreTrainedModel", ids: Sequence[int], layer_ids: Sequence[int], soft_top_k: int = 0) -> TargetPass:
-    """One forward of the frozen target over the whole sequence (features as taps.target reads them)."""
-    ids_t = torch.tensor(list(ids))
-    out = model.base_model(input_ids=ids_t[None], output_hidden_states=True, use_cache=False)
-    # hidden_states[i + 1] is decoder layer i's output, as in Target._features
-    features = torch.cat([out.hidden_states[i + 1][0] for i in layer_ids], dim=-1)  # [S, n * H]
-    if soft_top_k == 0:
-        return TargetPass(ids_t, features, None, None)
-    logits = model.get_output_embeddings()(out.last_hidden_state[0]).float()  # [S, vocab]
-    top, top_ids = logits.topk(min(soft_top_k, logits.shape[-1]), dim=-1)  # [S, k]
-    return TargetPass(ids_t, features, top_ids, torch.softmax(top, dim=-1))
-
-
-@dataclass
-class BlockLoss:
-    loss: torch.Tensor  # scalar, differentiable
-    correct: torch.Tensor  # [N, block] bool: argmax == label (slot 0 and slots past the end: False)
-    valid: torch.Tensor  # [N, block] bool: slots with a label (k >= 1, anchor + k inside the sequence)
-
-
-class BlockObjective:
-    """The drafter's blocks over one sequence: logits in one pass, then the weighted loss."""
-
-    def __init__(self, drafter: DFlashDrafterModel, target: "PreTrainedModel", gamma: float, soft_label_weight: float = 0.0):
-        cfg = drafter.config
-        self.drafter, self.cfg = drafter, cfg
-        self.embed = target.get_input_embeddings()
-        head = target.get_output_embeddings()
-        weight, bias = head.weight.detach(), None if getattr(head, "bias", None) is None else head.bias.detach()
-        self.vocab = None  # [V_draft] token id of each draft-vocabulary index
-        self.to_draft = None  # [vocab] draft-vocabulary index of each token id, -1 when absent
-        if cfg.draft_vocab_ids is not None:
-            self.vocab = torch.tensor(cfg.draft_vocab_ids)
-            self.to_draft = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
-            self.to_draft[self.vocab] = torch.arange(len(self.vocab))
-            weight, bias = weight[self.vocab], None if bias is None else bias[self.vocab]
-        self.head_weight, self.head_bias = weight, bias  # [V_draft, H]
-        self.weights = slot_weights(cfg.block_size, gamma)  # [block]
-        self.soft_label_weight = soft_label_weight
-
-    def logits(self, tp: TargetPass, anchors: torch.Tensor) -> torch.Tensor:
-        """[N, block, V_draft]: every block of the sequence in one drafter forward."""
-        bs, S, n = self.cfg.block_size, tp.ids.shape[0], anchors.shape[0]
-        block_ids = torch.full((n, bs), self.cfg.mask_token_id, dtype=torch.long)
-        block_ids[:, 0] = tp.ids[anchors]
-        positions = anchors[:, None] + torch.arange(bs)  # [N, block]
-        embeds = self.embed(block_ids).detach()  # [N, block, H]; detached: the target's embeddings stay frozen
-        hidden = self.drafter(
-            embeds.reshape(1, n * bs, -1).float(),  # float32 residual stream; autocast does the matmuls
-            positions.reshape(1, n * bs),
-            tp.features[None].float(),
-            torch.arange(S)[None],
-            mask=build_block_mask(anchors, S, bs),
-        )  # [1, N * block, H]
-        return F.linear(hidden, self.head_weight, self.head_bias).view(n, bs, -1)
-
-    def loss(self, logits: torch.Tensor, tp: TargetPass, anchors: torch.Tensor) -> BlockLoss:
-        out, logp = slot_loss(logits, tp.ids, anchors, self.weights, self.vocab, self.to_draft)
-        if self.soft_label_weight == 0:
-            return out
-        # the target's distribution for the token at anchor + k comes from its row anchor + k - 1
-        bs, S = self.cfg.block_size, tp.ids.shape[0]
-        rows = (anchors[:, None] + torch.arange(bs) - 1).clamp(min=0, max=S - 1)
-        ids, p = tp.soft_ids[rows], tp.soft_probs[rows]  # [N, block, k]
-        if self.vocab is not None:
-            ids = self.to_draft[ids]
-            p = p * (ids >= 0)
-            p = p / p.sum(-1, keepdim=True).clamp(min=1e-12)
-        kl = (torch.xlogy(p, p) - p * logp.gather(-1, ids.clamp(min=0))).sum(-1)  # [N, block]
-        w_soft = self.weights * out.valid
-        soft = (w_soft * kl).sum() / w_soft.sum().clamp(min=1e-6)
-        return BlockLoss((1 - self.soft_label_weight) * out.loss + self.soft_label_weight * soft, out.correct, out.valid)
-
-
-def slot_loss(logits: torch.Tensor, ids: torch.Tensor, anchors: torch.Tensor, weights: torch.Tensor,
-              vocab: torch.Tensor | None = None, to_draft: torch.Tensor | None = None) -> tuple[BlockLoss, torch.Tensor]:
-    """The slot-weighted cross-entropy of blocks' logits [N, block, V_draft] against the sequence
-    ids [S] (slot k of the block at anchor a predicts ids[a + k]); also returns the log-probs.
-    `vocab`/`to_draft` map a draft vocabulary to token ids and back; labels outside it cannot be
-    drafted: no loss, never correct."""
-    bs, S = logits.shape[1], ids.shape[0]
-    slots = torch.arange(bs)
-    positions = anchors[:, None] + slots  # [N, block]
-    valid = (positions < S) & (slots >= 1)
-    labels = ids[positions.clamp(max=S - 1)]  # [N, block]
-    logp = torch.log_softmax(logits.float(), dim=-1)  # [N, block, V_draft]
-    if vocab is None:
-        index, scorable = labels, valid
-        predicted = logp.argmax(-1)
-    else:
-        index = to_draft[labels]
-        scorable = valid & (index >= 0)
-        predicted = vocab[logp.argmax(-1)]
-    w = weights * scorable  # [N, block]
-    hard = -logp.gather(-1, index.clamp(min=0)[..., None])[..., 0]  # [N, block]
-    loss = (w * hard).sum() / w.sum().clamp(min=1e-6)
-    return BlockLoss(loss, (predicted == labels) & valid, valid), logp
-
-
-# ---------------------------------------------------------------------------------------------
-# What trains: one Trainee per drafter kind
-# ---------------------------------------------------------------------------------------------
-
-
-class DFlashTrainee:
-    """A new DFlash model over the frozen target's features (kind "dflash")."""
-
-    def __init__(self, cfg: TrainDrafterConfig, target_model: "PreTrainedModel", train: list[TrainSequence]):
-        vocab_size = target_model.get_output_embeddings().weight.shape[0]
-        vocab = None if cfg.draft_vocab_size is None else draft_vocabulary([s.ids for s in train], min(cfg.draft_vocab_size, vocab_size), vocab_size)
-        self.spec = DFlashConfig.for_target(target_model.config, cfg.mask_token_id, cfg.num_hidden_layers,
-                                            cfg.target_layer_ids, cfg.block_size, vocab)
-        rows = target_model.get_input_embeddings().weight.shape[0]
-        if cfg.mask_token_id >= rows:
-            raise ValueError(f"mask_token_id={cfg.mask_token_id} is not a row of the target's {rows}-row embedding table")
-        torch.manual_seed(cfg.seed)
-        self.module = DFlashDrafterModel(self.spec).train()
-        self.target = target_model
-        self.objective = BlockObjective(self.module, target_model, cfg.slot_gamma, cfg.soft_label_weight)
-        self.soft_k = cfg.soft_label_top_k if cfg.soft_label_weight else 0
-        self.info = TargetInfo.of(target_model, cfg.target)
-
-    def block_loss(self, ids: Sequence[int], anchors: torch.Tensor, autocast) -> BlockLoss:
-        tp = target_pass(self.target, ids, self.spec.target_layer_ids, self.soft_k)
-        with autocast:
-            logits = self.objective.logits(tp, anchors)
-        return self.objective.loss(logits, tp, anchors)
-
-    def save(self, folder: Path) -> None:
-        save_drafter(self.module, folder, self.info)
-
-
-class GrownTrainee:
-    """A pretrained base with LoRA adapters and a trainable mask row (kind "grown", taps.grown)."""
-
-    def __init__(self, cfg: TrainDrafterConfig, base_model: "PreTrainedModel", info: TargetInfo):
-        from taps.grown import GrownConfig, add_adapters
-
-        rows = base_model.get_output_embeddings().weight.shape[0]
-        if rows > info.vocab_size:
-            raise ValueError(f"base {cfg.base} predicts {rows} tokens, more than target {cfg.target}'s {info.vocab_size}")
-        self.spec = GrownConfig(cfg.base, cfg.mask_token_id, cfg.block_size, cfg.lora_rank, 2 * cfg.lora_rank)
-        torch.manual_seed(cfg.seed)
-        self.module = add_adapters(base_model, self.spec).train()
-        causal_lm = self.module.get_base_model()
-        self.decoder, self.head = causal_lm.model, causal_lm.get_output_embeddings()
-        self.weights = slot_weights(cfg.block_size, cfg.slot_gamma)
-        self.info = info
-
-    def block_loss(self, ids: Sequence[int], anchors: torch.Tensor, autocast) -> BlockLoss:
-        from taps.grown import block_layout, block_logits
-
-        ids_t = torch.tensor(list(ids))
-        with autocast:
-            logits = block_logits(self.decoder, self.head, block_layout(ids_t, anchors, self.spec.block_size,
-                                                                        self.spec.mask_token_id))
-        return slot_loss(logits, ids_t, anchors, self.weights)[0]
-
-    def save(self, folder: Path) -> None:
-        from taps.grown import save_grown
-
-        save_grown(self.module, self.spec, folder, self.info)
 
 
 def trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -422,7 +205,7 @@ def lr_factor(step: int, total: int, warmup: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def evaluate(trainee, sequences: list[TrainSequence], cfg: TrainDrafterConfig, autocast) -> dict:
+def evaluate(trainee: Trainee, sequences: list[TrainSequence], cfg: TrainDrafterConfig, autocast) -> dict:
     """Held-out loss, accuracy per slot and the chain's tau estimate (1 + leading correct slots),
     on anchors fixed by the seed so that evaluations compare across the run."""
     trainee.module.eval()
@@ -444,7 +227,7 @@ def evaluate(trainee, sequences: list[TrainSequence], cfg: TrainDrafterConfig, a
     }
 
 
-def train_step(trainee, batch: list[TrainSequence], cfg: TrainDrafterConfig, anchor_rng: torch.Generator,
+def train_step(trainee: Trainee, batch: list[TrainSequence], cfg: TrainDrafterConfig, anchor_rng: torch.Generator,
                autocast) -> list[float]:
     """Gradients of one optimizer step (summed over `batch`, not yet applied); returns the losses."""
     losses = []
@@ -471,40 +254,31 @@ def _save_state(path: Path, state: dict) -> None:
 
 @dataclass(frozen=True)
 class TrainResult:
-    drafter_dir: Path  # the latest drafter, DFlash layout
+    drafter_dir: Path  # the latest drafter, a folder of its kind
     step: int  # optimizer steps done so far
     total_steps: int  # steps of the whole schedule; step < total_steps means rerun to resume
-
-
-def _target_info(name: str) -> TargetInfo:
-    """What a grown drafter records of its target, read from the target's config alone."""
-    from transformers import AutoConfig
-
-    from taps.assets import resolve
-
-    config = AutoConfig.from_pretrained(resolve(name))
-    return TargetInfo(name, config.vocab_size, config.hidden_size, config.num_hidden_layers)
 
 
 def train_drafter(cfg: TrainDrafterConfig, model: "PreTrainedModel | None" = None) -> TrainResult:
     """Train (or resume training) a drafter for `cfg.target` on `cfg.data` into `cfg.out`.
 
-    `model` replaces loading the model that runs: the frozen target (kind "dflash") or the base to
-    grow (kind "grown"); for tests and notebooks. It is cast to cfg.dtype in place.
+    `model` replaces loading the model that runs (the kind says which: the frozen target for
+    "dflash", the base to grow for "grown"); for tests and notebooks. It is cast to cfg.dtype in place.
     """
     torch.set_flush_denormal(True)  # denormals run through slow microcode on x86 CPUs
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = DTYPES[cfg.dtype]
+    training = KINDS[cfg.kind].training
     if model is None:
         from taps.assets import load_model
 
-        model, _ = load_model(cfg.base if cfg.kind == "grown" else cfg.target, dtype=dtype)
+        model, _ = load_model(training.runs(cfg), dtype=dtype)
     model = model.to(dtype).eval().requires_grad_(False)
     vocab_size = model.get_output_embeddings().weight.shape[0]
 
     train, held_out = split_sequences(load_sequences(cfg.data, vocab_size, cfg.max_seq_len, cfg.anchor_region), cfg.eval_sequences, cfg.seed)
-    trainee = GrownTrainee(cfg, model, _target_info(cfg.target)) if cfg.kind == "grown" else DFlashTrainee(cfg, model, train)
+    trainee: Trainee = training.trainee(cfg, model, [s.ids for s in train])
     params = [p for p in trainee.module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(train) / cfg.sequences_per_step)
@@ -550,7 +324,7 @@ def train_drafter(cfg: TrainDrafterConfig, model: "PreTrainedModel | None" = Non
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "anchor_rng": anchor_rng.get_state(), "loss_sum": loss_sum, "loss_n": loss_n,
         })
-        trainee.save(out / DRAFTER_DIR)
+        training.save(trainee, out / DRAFTER_DIR)
 
     if step == 0:
         log({"train_loss": None})  # the untrained baseline

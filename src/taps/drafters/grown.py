@@ -1,4 +1,4 @@
-"""A block drafter grown from a pretrained causal LM (issue 3, kind b).
+"""The grown drafter kind: a block drafter grown from a pretrained causal LM (issue 3, kind b).
 
 A small pretrained model of the target's family (qwen2.5-coder-0.5b for the 1.5B target, same
 tokenizer) learns to fill a block in one forward. After the committed text it reads L - 1 copies
@@ -16,7 +16,8 @@ the adapters into the base, so drafting costs one plain forward of the base mode
 Training rows (`block_layout`): one sequence [context 0..S-1 ; masks of block 0 ; block 1 ; ...]
 trains every anchor in one forward, as DFlash's block mask does: block i's masks sit at positions
 anchor_i + 1..anchor_i + L - 1 and see the context up to anchor_i and the earlier masks of their
-own block, exactly what they see at inference.
+own block, exactly what they see at inference. Training needs no target at all (`GrownTrainee`):
+only the base runs, and only its adapters and mask row train.
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from transformers import DynamicCache
 
-from taps.dflash import TargetInfo
+from taps.drafters.base import DrafterKind, KindTraining, TargetInfo, register
+from taps.drafters.objective import BlockLoss, slot_loss, slot_weights
+from taps.quantize import load_dtype
 from taps.target import Target
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+    from taps.train.drafter import TrainDrafterConfig
 
 GROWN_FILE = "grown.json"  # marks a grown drafter's folder; the adapters are peft's files beside it
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -124,10 +129,6 @@ def block_logits(model, head, layout: BlockLayout) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # Folder layout
 # ---------------------------------------------------------------------------------------------
-
-
-def is_grown_folder(folder: str | os.PathLike) -> bool:
-    return (Path(folder) / GROWN_FILE).is_file()
 
 
 def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: TargetInfo) -> Path:
@@ -268,3 +269,67 @@ def load_grown(folder: str | os.PathLike, target: Target, dtype: torch.dtype | N
     base, _ = load_model(cfg.base, dtype=torch.float32)
     merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
     return GrownDrafter(merged, cfg, target, str(folder), dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training and registration
+# ---------------------------------------------------------------------------------------------
+
+
+class GrownTrainee:
+    """A pretrained base with LoRA adapters and a trainable mask row (the Trainee of kind "grown")."""
+
+    def __init__(self, cfg: "TrainDrafterConfig", base_model: "PreTrainedModel", train: list[list[int]]):
+        info = _target_info(cfg.target)
+        rows = base_model.get_output_embeddings().weight.shape[0]
+        if rows > info.vocab_size:
+            raise ValueError(f"base {cfg.base} predicts {rows} tokens, more than target {cfg.target}'s {info.vocab_size}")
+        self.spec = GrownConfig(cfg.base, cfg.mask_token_id, cfg.block_size, cfg.lora_rank, 2 * cfg.lora_rank)
+        torch.manual_seed(cfg.seed)
+        self.module = add_adapters(base_model, self.spec).train()
+        causal_lm = self.module.get_base_model()
+        self.decoder, self.head = causal_lm.model, causal_lm.get_output_embeddings()
+        self.weights = slot_weights(cfg.block_size, cfg.slot_gamma)
+        self.info = info
+
+    def block_loss(self, ids: Sequence[int], anchors: torch.Tensor, autocast) -> BlockLoss:
+        ids_t = torch.tensor(list(ids))
+        with autocast:
+            logits = block_logits(self.decoder, self.head, block_layout(ids_t, anchors, self.spec.block_size,
+                                                                        self.spec.mask_token_id))
+        return slot_loss(logits, ids_t, anchors, self.weights)[0]
+
+
+def _target_info(name: str) -> TargetInfo:
+    """What a grown drafter records of its target, read from the target's config alone."""
+    from transformers import AutoConfig
+
+    from taps.assets import resolve
+
+    config = AutoConfig.from_pretrained(resolve(name))
+    return TargetInfo(name, config.vocab_size, config.hidden_size, config.num_hidden_layers)
+
+
+def _load(folder: Path, target: Target, quantize: str) -> GrownDrafter:
+    # it reads token ids only: an int8 one loads in float32 beside any target
+    return load_grown(folder, target, load_dtype(quantize, target.dtype))
+
+
+def _save(trainee: GrownTrainee, folder: Path) -> None:
+    save_grown(trainee.module, trainee.spec, folder, trainee.info)
+
+
+GROWN = register(DrafterKind(
+    name="grown",
+    doc="a pretrained --base with LoRA adapters",
+    marker=GROWN_FILE,
+    files=f"{GROWN_FILE} + peft's adapter_config.json and adapter_model.safetensors",
+    load=_load,
+    training=KindTraining(
+        options=("base", "lora_rank"),
+        required={"base": "the pretrained model to grow (e.g. qwen2.5-coder-0.5b)"},
+        runs=lambda cfg: cfg.base,  # only the base runs: a grown drafter reads no target
+        trainee=GrownTrainee,
+        save=_save,
+    ),
+))

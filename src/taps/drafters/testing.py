@@ -1,40 +1,19 @@
-"""Drafters: anything that turns the committed context into marginals [L, vocab].
+"""Test drafters: they exercise the engine with known acceptance, no training needed.
 
-A drafter is called once per round with every committed token (the root last) and the target
-features of the committed tokens it has not seen yet (the root's features arrive next round,
-since they come out of this round's verification). It returns L distributions for the tokens
-after the root: row d is the marginal q_{d+1} (method.md section 1).
-
-The test drafters below exercise the engine with known acceptance: `oracle` accepts everything,
-`random` rejects almost everything, `noisy` is partly accepted.
+`oracle` accepts everything, `random` rejects almost everything, `noisy` is partly accepted.
+They read no target features and have no weights of their own (nothing to quantize).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 import torch
-
 from transformers import DynamicCache
 
-from taps.dflash import CONFIG_FILE
-from taps.grown import GROWN_FILE
+from taps.drafters.base import Drafter
 from taps.target import Target
-
-
-class Drafter(Protocol):
-    block_len: int  # L: positions proposed per draft (block_size - 1)
-    vocab_size: int  # must equal the target's output vocabulary
-    feature_layers: tuple[int, ...]  # target layers whose hidden states the drafter reads
-
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        """A new sequence begins; forget the previous one."""
-
-    def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
-        """Committed ids (root last) + new features [k, F] -> marginals [L, vocab] (float32, rows sum to 1)."""
 
 
 class OracleDrafter:
@@ -141,71 +120,8 @@ class DrafterEntry:
     doc: str  # one line for --help
 
 
-DRAFTERS: dict[str, DrafterEntry] = {
+TEST_DRAFTERS: dict[str, DrafterEntry] = {  # by the name --drafter takes
     "oracle": DrafterEntry(OracleDrafter, "test drafter: the target's own greedy continuation (accepts everything)"),
     "random": DrafterEntry(RandomDrafter, "test drafter: random marginals (rejects almost everything)"),
     "noisy": DrafterEntry(NoisyDrafter, "test drafter: the oracle plus noise (partly accepted)"),
 }
-
-
-SHIPPED = Path(__file__).parent / "shipped"  # trained drafters that ship with taps, one folder per packaged target
-
-
-def default_drafter(target: str) -> str | None:
-    """The shipped drafter of a packaged target (its folder), or None when taps ships none."""
-    folder = SHIPPED / target
-    return str(folder) if any((folder / f).is_file() for f in (CONFIG_FILE, GROWN_FILE)) else None
-
-
-SCORER_DIR = "scorer"  # a drafter folder's trained TAPS edge scorer (taps train-scorer), used by default
-
-
-def default_scorer(drafter: str | None) -> str | None:
-    """The edge scorer trained for a drafter folder (its `scorer/`), or None: taps then scores
-    edges by the plain marginals."""
-    if drafter is None or drafter in DRAFTERS:
-        return None
-    folder = Path(drafter) / SCORER_DIR
-    return str(folder) if (folder / CONFIG_FILE).is_file() else None
-
-
-def drafter_feature_layers(name: str) -> tuple[int, ...]:
-    """The target layers a drafter reads, known before the target adapter is built (a trained
-    drafter's folder says which; the test drafters read none)."""
-    if name in DRAFTERS:
-        return ()
-    from taps.dflash import drafter_feature_layers as folder_layers
-    from taps.grown import is_grown_folder
-
-    _check_name(name)
-    return () if is_grown_folder(name) else tuple(folder_layers(name))
-
-
-def _check_name(name: str) -> None:
-    if not os.path.isdir(name):
-        raise ValueError(f"unknown drafter {name!r}: give a drafter folder or one of {', '.join(DRAFTERS)}")
-
-
-def make_drafter(name: str, target: Target, block_len: int | None = None, quantize: str = "none") -> Drafter:
-    """A test drafter by name, or a trained drafter from its folder: DFlash (config.json +
-    model.safetensors) or grown (grown.json + adapters, taps.grown). `block_len` sets a test
-    drafter's L; a trained drafter has its own. `quantize` (taps.quantize.SCHEMES) runs a
-    trained drafter's linear layers in int8: faster drafts, the output unchanged."""
-    from taps.quantize import check_scheme, load_dtype, quantize_linears
-
-    if name in DRAFTERS:
-        if check_scheme(quantize) != "none":
-            raise ValueError(f"the test drafter {name!r} has no weights to quantize; --drafter-quant is for trained drafters")
-        return DRAFTERS[name].build(target, **({} if block_len is None else {"block_len": block_len}))
-    _check_name(name)
-    from taps.dflash import load_drafter
-    from taps.grown import is_grown_folder, load_grown
-
-    if is_grown_folder(name):  # reads token ids only: an int8 one loads in float32 beside any target
-        drafter = load_grown(name, target, load_dtype(quantize, target.dtype))
-    else:  # shares the target's embeddings and reads its features: the target's dtype
-        drafter = load_drafter(name, target)
-    if block_len is not None and block_len != drafter.block_len:
-        raise ValueError(f"the drafter in {name} proposes {drafter.block_len} positions, not {block_len}")
-    drafter.model = quantize_linears(drafter.model, quantize)
-    return drafter

@@ -1,0 +1,61 @@
+"""Names and folders -> drafters: a test drafter by name, a trained one by its folder (any
+registered kind), and the drafters and scorers that ship with taps.
+
+Loading needs no feature layers on the Target beforehand: the drafter comes first, then the
+target is told which layers to read (`Target.read_features`). A Target serves one drafter at a
+time; loading another one re-points its features.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from taps.drafters.base import Drafter, drafter_kind, expected_files
+from taps.drafters.testing import TEST_DRAFTERS
+from taps.quantize import check_scheme, quantize_linears
+from taps.scorer import is_scorer_folder
+from taps.target import Target
+
+SHIPPED = Path(__file__).parent.parent / "shipped"  # trained drafters that ship with taps, one folder per packaged target
+SCORER_DIR = "scorer"  # a drafter folder's trained TAPS edge scorer (taps train-scorer), used by default
+
+
+def load_drafter(name_or_folder: str, target: Target, *, block_len: int | None = None, quantize: str = "none") -> Drafter:
+    """A test drafter by name (TEST_DRAFTERS), or a trained drafter from a folder of any registered
+    kind, checked against `target`; the target then reads the drafter's feature layers.
+
+    `block_len` sets a test drafter's L; a trained drafter has its own, and a different one is an
+    error. `quantize` (taps.quantize.SCHEMES) runs a trained drafter's linear layers in int8:
+    faster drafts, the output unchanged."""
+    if name_or_folder in TEST_DRAFTERS:
+        if check_scheme(quantize) != "none":
+            raise ValueError(f"the test drafter {name_or_folder!r} has no weights to quantize; --drafter-quant is for trained drafters")
+        drafter = TEST_DRAFTERS[name_or_folder].build(target, **({} if block_len is None else {"block_len": block_len}))
+    else:
+        folder = Path(name_or_folder)
+        if not folder.is_dir():
+            raise ValueError(f"unknown drafter {name_or_folder!r}: give a drafter folder or one of {', '.join(TEST_DRAFTERS)}")
+        kind = drafter_kind(folder)
+        if kind is None:
+            raise ValueError(f"{folder} holds no drafter taps knows: {expected_files()}")
+        drafter = kind.load(folder, target, quantize)
+        if block_len is not None and block_len != drafter.block_len:
+            raise ValueError(f"the drafter in {folder} proposes {drafter.block_len} positions, not {block_len}")
+        drafter.model = quantize_linears(drafter.model, quantize)
+    target.read_features(drafter.feature_layers)  # refuses layers outside the target's
+    return drafter
+
+
+def shipped_drafter(target_name: str) -> str | None:
+    """The folder of the drafter taps ships for a packaged target, or None when it ships none."""
+    folder = SHIPPED / target_name
+    return str(folder) if drafter_kind(folder) is not None else None
+
+
+def shipped_scorer(drafter: str | None) -> str | None:
+    """The edge scorer trained for a drafter folder (its `scorer/`), or None: taps then scores
+    edges by the plain marginals."""
+    if drafter is None or drafter in TEST_DRAFTERS:
+        return None
+    folder = Path(drafter) / SCORER_DIR
+    return str(folder) if is_scorer_folder(folder) else None
