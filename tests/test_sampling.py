@@ -10,6 +10,7 @@ from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.drafters.grown import GrownConfig, GrownDrafter
+from taps.drafters.sibling import load_sibling
 from taps.target import Target
 from taps.tree import Tree
 from taps.verify import SamplingConfig
@@ -45,6 +46,7 @@ def exact_two_token_law(model, sampling):
         (SamplingConfig(1.0), "noisy", "taps"),
         (SamplingConfig(1.0), "grown", "taps+rollout"),  # rolls out the target's own greedy path
         (SamplingConfig(0.8, top_k=5, top_p=0.9), "grown", "chain+rollout"),
+        (SamplingConfig(1.0), "sibling", "taps"),  # another model's greedy path, used as it is
     ],
 )
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
@@ -52,6 +54,8 @@ def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, m
     target = Target(model)
     if drafter == "grown":  # a grown drafter whose base is the target itself, mask token 7
         d = GrownDrafter(model, GrownConfig("target", VOCAB - 1, block_size=3), target)
+    elif drafter == "sibling":  # a sibling: another model of the same vocabulary, no training
+        d = load_sibling(tiny_model("llama", vocab=VOCAB, seed=4), target, block_len=3, min_reach=0.0)
     else:
         d = load_drafter(drafter, target, block_len=3)
     law = exact_two_token_law(model, sampling)

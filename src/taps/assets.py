@@ -126,6 +126,14 @@ def model_dir(name: str) -> Path:
     return taps_home() / "models" / _spec(name).name
 
 
+def packaged_name(path: str | os.PathLike) -> str | None:
+    """The packaged model whose converted folder `path` is (a model loaded from the cache), else None."""
+    for name in MODELS:
+        if Path(path).expanduser().resolve() == model_dir(name).resolve():
+            return name
+    return None
+
+
 def _read_marker(folder: Path) -> dict | None:
     try:
         return json.loads((folder / MARKER).read_text())

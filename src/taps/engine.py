@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
+from transformers import PreTrainedModel
 
 from taps.costmodel import LatencyProfile, saved_profile
 from taps.decode import DecodeConfig, GenerationResult, Round, Stats, check_drafter, rounds
 from taps.drafters import TEST_DRAFTERS, Drafter, load_drafter, shipped_drafter, shipped_scorer
+from taps.drafters.sibling import load_sibling
 from taps.methods import Method
 from taps.rounds import Rollout
 from taps.scorer import EdgeScorer, Scorer
@@ -60,8 +62,10 @@ def load(
 
     target: a packaged model name (`taps models list`), a local Hugging Face folder, a hub id,
         or a loaded `transformers` causal LM (then pass its `tokenizer`).
-    drafter: a drafter folder (DFlash or grown layout), a test drafter name (oracle, noisy, random),
-        a loaded `Drafter`, or None: the drafter taps ships for a packaged target.
+    drafter: a drafter folder (DFlash or grown layout) or a DFlash hub id, a test drafter name
+        (oracle, noisy, random), a sibling model sharing the target's tokenizer (a packaged name,
+        a model folder or hub id, or a loaded `transformers` model: its own greedy path drafts,
+        no training), a loaded `Drafter`, or None: the drafter taps ships for a packaged target.
     method: `NAME[+OPTION...]` (taps.methods); budget: most drafted nodes per round (None: the
         method's default). dtype: "float32" (exact) or "bfloat16" (default for names; a loaded
         model keeps its own). device: "cpu", "cuda", "mps" (default: the model's, else cpu).
@@ -75,7 +79,7 @@ def load(
     reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
         next turn); False: every call prefills its whole prompt (benchmarks).
     """
-    from taps.assets import DTYPES, hub_snapshot, is_hub_id, load_model
+    from taps.assets import DTYPES, MODELS, hub_snapshot, is_hub_id, load_model, packaged_name
     from taps.quantize import check_scheme
 
     parsed = Method.parse(method)
@@ -89,10 +93,11 @@ def load(
         raise ValueError(f"no latency profile {profile}: give the JSON `taps profile` saved, or leave it out")
     if isinstance(scorer, (str, Path)) and not Path(scorer).is_dir():
         raise ValueError(f"no scorer folder {scorer}: give the folder `taps train-scorer` saved, or leave it out")
-    if isinstance(drafter, str) and drafter not in TEST_DRAFTERS and not Path(drafter).expanduser().exists():
+    known = (*TEST_DRAFTERS, *MODELS)
+    if isinstance(drafter, str) and drafter not in known and not Path(drafter).expanduser().exists():
         if not is_hub_id(drafter):
-            raise ValueError(f"unknown drafter {drafter!r}: not a folder, not a hub id (owner/name), not a test "
-                             f"drafter ({', '.join(TEST_DRAFTERS)})")
+            raise ValueError(f"unknown drafter {drafter!r}: not a folder, not a hub id (owner/name), not a packaged "
+                             f"model or test drafter ({', '.join(known)})")
         drafter = hub_snapshot(drafter)  # a DFlash checkpoint on the hub loads unchanged
     if flush_denormal:
         torch.set_flush_denormal(True)
@@ -100,8 +105,9 @@ def load(
         name = target
         dtype = dtype or "bfloat16"
         model, tok = load_model(target, dtype=DTYPES[dtype], linear=linear, device=device)
-    else:
-        name, model, tok = getattr(target, "name_or_path", "") or type(target).__name__, target, tokenizer
+    else:  # a loaded model: named by its packaged name when it came from taps' cache (its shipped drafter follows)
+        path = getattr(target, "name_or_path", "")
+        name, model, tok = (path and packaged_name(path)) or path or type(target).__name__, target, tokenizer
         if dtype is not None:
             model = model.to(DTYPES[dtype])
         if device is not None:
@@ -120,6 +126,8 @@ def load(
     folder = drafter if isinstance(drafter, str) else None
     if folder is not None:
         drafter = load_drafter(folder, tgt, block_len=block_len, quantize=drafter_quant)
+    elif isinstance(drafter, PreTrainedModel):  # a sibling model, used as it is
+        drafter = load_sibling(drafter, tgt, block_len=block_len)
     elif drafter is not None:
         tgt.read_features(drafter.feature_layers)
         check_drafter(tgt, drafter)

@@ -127,6 +127,7 @@ class Target:
             kept = torch.cat(self._feature_chunks)[:common] if self._feature_chunks else None
             self._feature_chunks = [] if kept is None else [kept]
         self.cached_ids, self.n_cached = ids[:common], common
+        self.reused = common  # prompt tokens this prefill found in the cache
         if common < len(ids):
             out = self.model.base_model(
                 input_ids=torch.tensor([ids[common:]], device=self.device),

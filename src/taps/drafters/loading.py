@@ -24,13 +24,22 @@ def load_drafter(name_or_folder: str, target: Target, *, block_len: int | None =
     """A test drafter by name (TEST_DRAFTERS), or a trained drafter from a folder of any registered
     kind, checked against `target`; the target then reads the drafter's feature layers.
 
-    `block_len` sets a test drafter's L; a trained drafter has its own, and a different one is an
-    error. `quantize` (taps.quantize.SCHEMES) runs a trained drafter's linear layers in int8:
+    A packaged model name or a folder of a plain causal LM is a sibling drafter
+    (taps.drafters.sibling): that model's own greedy path, no training.
+
+    `block_len` sets a test or sibling drafter's L; a trained drafter has its own, and a different
+    one is an error. `quantize` (taps.quantize.SCHEMES) runs a trained drafter's linear layers in int8:
     faster drafts, the output unchanged."""
     if name_or_folder in TEST_DRAFTERS:
         if check_scheme(quantize) != "none":
             raise ValueError(f"the test drafter {name_or_folder!r} has no weights to quantize; --drafter-quant is for trained drafters")
         drafter = TEST_DRAFTERS[name_or_folder].build(target, **({} if block_len is None else {"block_len": block_len}))
+    elif _is_sibling(name_or_folder):
+        from taps.drafters.sibling import load_sibling
+        from taps.quantize import load_dtype
+
+        drafter = load_sibling(name_or_folder, target, block_len=block_len, dtype=load_dtype(quantize, target.dtype))
+        drafter.model = quantize_linears(drafter.model, quantize)
     else:
         folder = Path(name_or_folder)
         if not folder.is_dir():
@@ -46,8 +55,21 @@ def load_drafter(name_or_folder: str, target: Target, *, block_len: int | None =
     return drafter
 
 
+def _is_sibling(name_or_folder: str) -> bool:
+    """A packaged model or a folder holding a plain causal LM: a sibling drafter (taps.drafters.sibling)."""
+    from taps.assets import MODELS
+    from taps.drafters.sibling import is_model_folder
+
+    return name_or_folder in MODELS or is_model_folder(name_or_folder)
+
+
 def shipped_drafter(target_name: str) -> str | None:
-    """The folder of the drafter taps ships for a packaged target, or None when it ships none."""
+    """The folder of the drafter taps ships for a packaged target, or None when it ships none
+    (a folder or hub id is never a packaged target)."""
+    from taps.assets import MODELS
+
+    if target_name not in MODELS:
+        return None
     folder = SHIPPED / target_name
     return str(folder) if drafter_kind(folder) is not None else None
 
