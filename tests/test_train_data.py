@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from taps import datasets
-from taps.cli import TRAIN_HELP, TRAIN_REQUIRED, build_parser, main
+from taps.cli import build_parser, main
+from taps.train.cli import TRAIN_HELP, TRAIN_REQUIRED
 from taps.datasets import GSM_SYMBOLIC_SEED, Prompt
 from taps.records import read_records, read_settings
 from taps.train import data as D

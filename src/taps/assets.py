@@ -32,12 +32,10 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 from tqdm import tqdm
 
+from taps.hub import AssetError, check_cached_offline, is_hub_id  # noqa: F401  AssetError: re-exported
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-
-class AssetError(RuntimeError):
-    """A model could not be found, fetched or loaded; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -350,34 +348,6 @@ def convert(spec: ModelSpec, gguf: Path, final: Path, progress: bool = True) -> 
     return final
 
 
-_PATH_PREFIXES = ("/", "./", "../", "~")
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
-
-def is_hub_id(text: str) -> bool:
-    """Whether `text` has the form of a Hugging Face hub id (owner/name)."""
-    return bool(_HUB_ID.fullmatch(text)) and not text.startswith(_PATH_PREFIXES)
-
-
-def hub_offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def hub_snapshot(repo_id: str) -> str:
-    """The local folder of a hub repository: downloaded (or found in the Hugging Face cache when
-    offline). Clear errors for a missing repository or an offline machine without a copy."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-
-    try:
-        return snapshot_download(repo_id, local_files_only=hub_offline())
-    except LocalEntryNotFoundError:
-        raise AssetError(f"{repo_id} is not in the Hugging Face cache and the hub cannot be reached "
-                         "(offline); download it where the hub is reachable, or pass a local folder") from None
-    except (HfHubHTTPError, OSError) as error:
-        raise AssetError(f"could not download {repo_id} from the Hugging Face hub: {error}") from None
-
-
 def resolve(name_or_path: str, progress: bool = True) -> str:
     """Turn what a user typed into something `from_pretrained` can load.
 
@@ -396,12 +366,7 @@ def resolve(name_or_path: str, progress: bool = True) -> str:
     if not is_hub_id(name_or_path):
         raise AssetError(f"unknown model {name_or_path!r}: not a packaged name ({', '.join(MODELS)}), not a folder, "
                          "not a hub id (owner/name)")
-    if hub_offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        if not isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
-            raise AssetError(f"{name_or_path} is not in the Hugging Face cache and the hub cannot be reached "
-                             "(offline); download it where the hub is reachable, or pass a local folder")
+    check_cached_offline(name_or_path)
     return name_or_path  # from_pretrained downloads only the files the model needs
 
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from taps.cli_options import MAX_BUDGET, SEED, bounded, csv_of, temperature
+
 
 def _models(args) -> int:
     from taps import assets
@@ -44,14 +46,19 @@ def _method(text: str) -> str:
 
 def _load(args, method: str):
     """The parts the options name, assembled by the composition root (taps.engine.load)."""
+    import logging
+
     import taps
     from taps.rounds import Rollout
+
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="taps: %(message)s")
 
     return taps.load(
         args.target, args.drafter, method=method, budget=getattr(args, "budget", None), dtype=args.dtype,
         device=args.device, profile=args.profile, scorer=False if args.scorer == "none" else args.scorer,
         drafter_quant=args.drafter_quant, linear=args.linear, block_len=args.block_len,
-        rollout=Rollout(args.rollout_steps, args.rollout_reach),
+        rollout=Rollout(args.rollout_steps, args.rollout_reach), verbose=args.verbose,
     )
 
 
@@ -91,42 +98,6 @@ def _methods(args) -> int:
 
     print(method_help())
     return 0
-
-
-def _csv(kind):
-    def parse(text: str) -> tuple:
-        return tuple(kind(x) for x in text.split(",") if x)
-
-    return parse
-
-
-def _bounded(kind, low, high=None, what: str = ""):
-    """An argparse type: `kind` within [low, high], refused at parse time with the range named."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-        if not (value >= low and (high is None or value <= high)):  # NaN fails both
-            bound = f"between {low} and {high}" if high is not None else f">= {low}"
-            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {bound}{what}")
-        return value
-
-    return parse
-
-
-def _temperature(text: str) -> float:
-    """0 (greedy) or a finite temperature where softmax(logits / T) stays finite."""
-    value = _bounded(float, 0.0, MAX_TEMPERATURE)(text)
-    if 0 < value < MIN_TEMPERATURE:
-        raise argparse.ArgumentTypeError(f"{text} is too small to sample with (logits / T overflow): use 0 for "
-                                         f"greedy decoding or a temperature >= {MIN_TEMPERATURE}")
-    return value
-
-
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
-MAX_BUDGET = 1024  # drafted nodes: a larger tree costs more to verify than any acceptance could repay
-SEED = _bounded(int, 0, 2**63 - 1)
 
 
 def _bench(args) -> int:
@@ -178,11 +149,13 @@ def _add_load_options(p, drafter_help: str) -> None:
 
     p.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
     p.add_argument("--drafter", default=None, help=drafter_help)
+    p.add_argument("--verbose", action="store_true", help="log what loading decides (profile, kernels) and show "
+                                                         "transformers' progress bars")
     p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (fast, default) or float32 (exact)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, mps, ...: where the models run")
     p.add_argument("--linear", choices=list(BACKENDS), default=None,
                    help="CPU linear kernel (default: $TAPS_LINEAR, else onednn where this PyTorch has it)")
-    p.add_argument("--block-len", type=_bounded(int, 1, 256), default=None,
+    p.add_argument("--block-len", type=bounded(int, 1, 256), default=None,
                    help="positions a test drafter proposes per round (15)")
     p.add_argument("--profile", default=None,
                    help="latency profile JSON for cost-aware/taps/copy rounds (default: the one `taps profile` saved "
@@ -191,9 +164,9 @@ def _add_load_options(p, drafter_help: str) -> None:
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
                           "any target dtype; CPU only): faster drafts, the same output (none)")
-    p.add_argument("--rollout-steps", type=_bounded(int, 0, MAX_BUDGET), default=64,
+    p.add_argument("--rollout-steps", type=bounded(int, 0, MAX_BUDGET), default=64,
                    help="methods with +rollout: most greedy drafter steps after the block pass, at most budget - 1 (64)")
-    p.add_argument("--rollout-reach", type=_bounded(float, 0.0, 1.0), default=0.2,
+    p.add_argument("--rollout-reach", type=bounded(float, 0.0, 1.0), default=0.2,
                    help="methods with +rollout: stop when the path's drafter probability falls under this (0.2)")
 
 
@@ -217,207 +190,6 @@ def _profile(args) -> int:
     print(f"t_draft {1000 * profile.draft_seconds:.1f} ms" + (f" ({per_context})" if several and per_context else "")
           + f"; saved {out}")
     return 0
-
-
-def _gen_data(args) -> int:
-    from taps.train.data import append_text_sequences, generate_data
-
-    result = generate_data(args.target, args.out, args.prompts, max_new_tokens=args.max_new_tokens,
-                           batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True)
-    print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} generated now), "
-          f"{result.tokens} tokens")
-    if args.text_tokens:
-        from transformers import AutoTokenizer
-
-        from taps.assets import resolve
-
-        added = append_text_sequences(args.out, AutoTokenizer.from_pretrained(resolve(args.target)),
-                                      args.text_tokens, args.text_seq_len, args.seed)
-        print(f"{result.path}: {added} stdlib text sequences added")
-    return 0
-
-
-def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
-    """Special or added tokens that a chat never uses (not bos/eos/pad/unk, not in a rendered
-    conversation): candidates for a drafter's mask token."""
-    ids = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
-    reserved = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
-    used: set[int] = set()
-    if tokenizer.chat_template is not None:
-        conversation = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                        {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
-        try:
-            used = set(tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False))
-        except Exception:  # a template that refuses a system turn, say: fall back to one user turn
-            used = set(tokenizer.apply_chat_template(conversation[1:2], add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False))
-    return [(i, tokenizer.convert_ids_to_tokens(i)) for i in sorted(ids - reserved - used)][:limit]
-
-
-TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every field has an option)
-    "kind": "the drafter kind to train",
-    "base": "with --kind grown: the pretrained model grown into a drafter (e.g. qwen2.5-coder-0.5b)",
-    "lora_rank": "with --kind grown: rank of the LoRA adapters (alpha = 2 * rank)",
-    "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
-    "block_size": "root + drafted slots per block (published: 16)",
-    "target_layer_ids": "comma-separated target layers read (default: one per drafter layer, spread from 1 to L-3)",
-    "draft_vocab_size": "score only the N most frequent tokens of the training data (default: all)",
-    "anchors_per_sequence": "blocks per sequence per step (published: up to 512)",
-    "anchor_region": "answer: blocks start only in a record's answer (after its n_prompt tokens), as at inference; all: anywhere",
-    "max_seq_len": "longer sequences are cut to their first N tokens",
-    "sequences_per_step": "sequences whose gradients add up before one optimizer step",
-    "epochs": "passes over the training sequences (published: 6)",
-    "lr": "peak AdamW learning rate (published: 6e-4)",
-    "warmup_fraction": "share of all steps spent warming the learning rate up (published: 0.04)",
-    "weight_decay": "AdamW weight decay",
-    "grad_clip": "gradient-norm clip (published: 1.0)",
-    "gamma": "slot-weight decay exp(-(k-1)/gamma) (default: 7, 5, 4 for blocks of 16, 10, 8)",
-    "soft_label_weight": "share of the loss given to KL(target top-k || drafter); 0: hard labels only",
-    "soft_label_top_k": "tokens of the target's distribution kept for soft labels",
-    "eval_sequences": "sequences held out to measure loss and per-slot accuracy",
-    "eval_every": "optimizer steps between evaluations (each appends a line to log.jsonl)",
-    "save_every": "optimizer steps between resumable checkpoints",
-    "stop_after_steps": "end this run at this step (the schedule still spans all epochs); rerun to resume",
-    "dtype": "the target's weights and the drafter's compute: float32 or bfloat16",
-    "seed": "drafter init, held-out split, data order and anchors",
-}
-TRAIN_REQUIRED = ("target", "data", "out", "mask_token_id", "progress")  # options of their own
-
-
-def _train_drafter(args) -> int:
-    from pathlib import Path
-
-    from taps.train.drafter import LOG_FILE, TrainDrafterConfig, train_drafter
-
-    if args.mask_token_id is None:
-        from transformers import AutoTokenizer
-
-        from taps.assets import resolve
-
-        tokenizer = AutoTokenizer.from_pretrained(resolve(args.target))
-        listing = ", ".join(f"{i} {tok!r}" for i, tok in mask_token_candidates(tokenizer)) or "none found"
-        raise ValueError(
-            "--mask-token-id is required: the drafter's block filler, a token the target never needs "
-            f"(never pad or eos). Unused special tokens of {args.target}'s tokenizer: {listing}"
-        )
-    fields = {name: getattr(args, name) for name in TRAIN_HELP}
-    cfg = TrainDrafterConfig(target=args.target, data=args.data, out=args.out, mask_token_id=args.mask_token_id,
-                             progress=not args.no_progress, **fields)
-    if args.prompts is not None:
-        from taps.train.data import generate_data
-
-        # resumable and a no-op once complete: the data are generated once and reused after
-        result = generate_data(args.target, args.data, args.prompts, max_new_tokens=args.gen_max_new_tokens,
-                               batch_size=args.gen_batch_size, dtype=args.gen_dtype, seed=args.gen_seed,
-                               progress=not args.no_progress)
-        if result.generated:
-            print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} now), {result.tokens} tokens")
-    elif not Path(args.data).is_file():
-        raise ValueError(f"no data file {args.data}; make it with `taps gen-data` or pass --prompts N")
-    result = train_drafter(cfg)
-    print(f"drafter saved in {result.drafter_dir} (step {result.step} of {result.total_steps})")
-    if result.step < result.total_steps:
-        print("stopped early: rerun the same command to resume")
-    log = Path(args.out) / LOG_FILE
-    lines = [line for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
-    evals = [line for line in lines if "eval_loss" in json.loads(line)]
-    print(f"last evaluation: {evals[-1] if evals else (lines[-1] if lines else '-')}")
-    return 0
-
-
-def _add_gen_data(sub) -> None:
-    from taps.assets import DTYPES
-
-    d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
-    d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
-    d.add_argument("--out", required=True, help="JSONL file of {prompt_index, prompt, ids, n_prompt}; a rerun resumes")
-    d.add_argument("--prompts", type=_bounded(int, 0), required=True, help="training prompts to answer (a larger N later adds more; 0 with --text-tokens: text only)")
-    d.add_argument("--max-new-tokens", type=_bounded(int, 1), default=256, help="longest answer (256)")
-    d.add_argument("--batch-size", type=_bounded(int, 1, 4096), default=8, help="prompts per left-padded generate call (8)")
-    d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
-    d.add_argument("--seed", type=SEED, default=0, help="which training prompts, in which order (0)")
-    d.add_argument("--text-tokens", type=_bounded(int, 0), default=0, help="also add N tokens of raw stdlib source (0)")
-    d.add_argument("--text-seq-len", type=_bounded(int, 2), default=512, help="tokens per stdlib text sequence (512)")
-    d.set_defaults(func=_gen_data)
-
-
-def _add_train_drafter(sub) -> None:
-    import dataclasses
-
-    from taps.assets import DTYPES
-    from taps.train.drafter import ANCHOR_REGIONS, KINDS, TrainDrafterConfig
-
-    t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target on JSONL data")
-    t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
-    t.add_argument("--data", required=True, help='JSONL of {"ids": [...]} records (from `taps gen-data`)')
-    t.add_argument("--out", required=True, help="run folder: state.pt (resume), drafter/, log.jsonl")
-    t.add_argument("--mask-token-id", type=_bounded(int, 0), default=None,
-                   help="block filler token id: an unused special token (required; omit it to see candidates)")
-    t.add_argument("--no-progress", action="store_true", help="no progress bars")
-    t.add_argument("--prompts", type=_bounded(int, 0), default=None,
-                   help="first run `gen-data` for N prompts into --data (resumed, then reused)")
-    t.add_argument("--gen-max-new-tokens", type=_bounded(int, 1), default=256, help="with --prompts: longest answer (256)")
-    t.add_argument("--gen-batch-size", type=_bounded(int, 1, 4096), default=8, help="with --prompts: prompts per generate call (8)")
-    t.add_argument("--gen-dtype", choices=list(DTYPES), default="float32", help="with --prompts: float32 or bfloat16")
-    t.add_argument("--gen-seed", type=SEED, default=0, help="with --prompts: which training prompts (0)")
-    optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
-    optional_float = lambda text: None if text.lower() == "none" else float(text)  # noqa: E731
-    for f in dataclasses.fields(TrainDrafterConfig):
-        if f.name in TRAIN_REQUIRED:
-            continue
-        kind = {"int": int, "float": float, "str": str, "int | None": optional_int, "float | None": optional_float,
-                "tuple[int, ...] | None": _csv(int), "str | None": str}[str(f.type)]
-        extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)},
-                 "anchor_region": {"choices": list(ANCHOR_REGIONS)}}.get(f.name, {})
-        text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
-        if f.name == "kind":  # each registered kind says what it is
-            text += "; " + "; ".join(f"{kind.name}: {kind.doc}" for kind in KINDS.values())
-        t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
-    t.set_defaults(func=_train_drafter)
-
-
-def _train_scorer(args) -> int:
-    import dataclasses
-
-    from taps.train.scorer import HELP, TrainScorerConfig, train_scorer
-
-    fields = {name: getattr(args, name) for name in HELP}
-    for f in dataclasses.fields(TrainScorerConfig):
-        if str(f.type) == "bool":  # the options are --no-... flags
-            fields[f.name] = not fields[f.name]
-    cfg = TrainScorerConfig(target=args.target, drafter=args.drafter, out=args.out, **fields)
-    result = train_scorer(cfg)
-    print(f"scorer saved in {result.scorer_dir} ({result.train_pools} training pools, {result.eval_pools} held out); "
-          f"use it with --method taps --scorer {result.scorer_dir}")
-    print(f"last log line ({result.log_path}): {json.dumps(result.last)}")
-    return 0
-
-
-def _add_train_scorer(sub) -> None:
-    import dataclasses
-
-    from taps.assets import DTYPES
-    from taps.train.scorer import HELP, TrainScorerConfig
-
-    t = sub.add_parser("train-scorer", help="record verification traces of a target and drafter, train the TAPS "
-                                            "edge scorer on them (method.md 3.4e)")
-    t.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
-    t.add_argument("--drafter", required=True, help="a trained drafter folder or a test drafter name")
-    t.add_argument("--out", required=True, help="run folder: traces/ (recorded once, then reused), scorer/, log.jsonl")
-    optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
-    for f in dataclasses.fields(TrainScorerConfig):
-        if f.name not in HELP:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if str(f.type) == "bool":  # the defaults are on: the flag turns them off
-            t.add_argument("--no-" + flag[2:], dest=f.name, action="store_true", help=HELP[f.name])
-            continue
-        kind = {"int": int, "float": float, "str": str, "int | None": optional_int}[str(f.type)]
-        extra = {"choices": list(DTYPES)} if f.name == "dtype" else {}
-        text = HELP[f.name] if "default" in HELP[f.name] else f"{HELP[f.name]} ({f.default})"
-        t.add_argument(flag, type=kind, default=f.default, help=text, **extra)
-    t.set_defaults(func=_train_scorer)
 
 
 def _add_report(sub) -> None:
@@ -465,12 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
                       + ") (default: the drafter taps ships for --target)")
     g.add_argument("--method", type=_method, default="taps",
                    help="NAME[+OPTION...] (default taps; list them with `taps methods`)")
-    g.add_argument("--budget", type=_bounded(int, 1, MAX_BUDGET), default=None,
+    g.add_argument("--budget", type=bounded(int, 1, MAX_BUDGET), default=None,
                    help="most drafted nodes per verification (default: the method's; a chain: the drafter's block)")
-    g.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default); > 0 samples")
-    g.add_argument("--top-k", type=_bounded(int, 0), default=0, help="sample from the k most likely tokens; 0 = off")
-    g.add_argument("--top-p", type=_bounded(float, 1e-6, 1.0), default=1.0, help="nucleus sampling threshold; 1 = off")
-    g.add_argument("--max-new-tokens", type=_bounded(int, 1), default=128, help="most tokens to generate (default 128)")
+    g.add_argument("--temperature", type=temperature, default=0.0, help="0 = greedy (default); > 0 samples")
+    g.add_argument("--top-k", type=bounded(int, 0), default=0, help="sample from the k most likely tokens; 0 = off")
+    g.add_argument("--top-p", type=bounded(float, 1e-6, 1.0), default=1.0, help="nucleus sampling threshold; 1 = off")
+    g.add_argument("--max-new-tokens", type=bounded(int, 1), default=128, help="most tokens to generate (default 128)")
     g.add_argument("--stop", action="append", default=[], help="a string that ends the answer (repeatable)")
     g.add_argument("--no-chat-template", action="store_true", help="tokenize the prompt as is")
     g.add_argument("--seed", type=SEED, default=0, help="seeds sampling and the test drafters (default 0)")
@@ -484,11 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("profile", help="measure verification latency t(n) and drafting cost on this machine")
     _add_load_options(pr, "time this drafter's draft call (folder or test name; default: the target's shipped drafter)")
-    pr.add_argument("--sizes", type=_csv(_bounded(int, 0, MAX_BUDGET)), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
+    pr.add_argument("--sizes", type=csv_of(bounded(int, 0, MAX_BUDGET)), default=(0, 1, 3, 7, 11, 15, 23, 31, 47, 63),
                     help="tree sizes (drafted nodes) to time")
-    pr.add_argument("--contexts", type=_csv(_bounded(int, 1)), default=(128, 512, 2048),
+    pr.add_argument("--contexts", type=csv_of(bounded(int, 1)), default=(128, 512, 2048),
                     help="context lengths to time them at; rounds read the curve at their own context (128,512,2048)")
-    pr.add_argument("--repeats", type=_bounded(int, 1, 1000), default=5, help="timed runs per point; the median is kept (5)")
+    pr.add_argument("--repeats", type=bounded(int, 1, 1000), default=5, help="timed runs per point; the median is kept (5)")
     pr.add_argument("--out", default=None, help="where to save (default: the path generate and bench look in)")
     pr.set_defaults(func=_profile)
 
@@ -498,34 +270,34 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run methods side by side on prompt sets; JSONL records, table, JSON summary")
     _add_load_options(b, "drafter of the speculative methods: a folder or a test drafter name (default: the one "
                          "taps ships for --target)")
-    b.add_argument("--methods", type=_csv(str), default=("ar", "chain", "ddtree", "taps"),
+    b.add_argument("--methods", type=csv_of(str), default=("ar", "chain", "ddtree", "taps"),
                    help=f"comma-separated methods (`taps methods`) and peers ({', '.join(PEERS)}); a speculative "
                    "one as NAME:B runs at budget B only, e.g. ddtree:8,ddtree:64,taps+copy:32 (default ar,chain,ddtree,taps)")
-    b.add_argument("--datasets", type=_csv(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
+    b.add_argument("--datasets", type=csv_of(str), default=("humaneval",), help=f"comma-separated, from: {', '.join(DATASETS)}")
     b.add_argument("--spec-bench", default=None,
                    help="path of a Spec-Bench question.jsonl for dataset spec-bench (default: the copy taps ships)")
-    b.add_argument("--categories", type=_csv(str), default=(), help="keep only these categories in the sets that have them (spec-bench's translation, mt-bench's writing); other sets run whole")
-    b.add_argument("--turns", type=_bounded(int, 1), default=None, help="ask at most this many turns of multi-turn prompts (all)")
-    b.add_argument("--limit", type=_bounded(int, 1), default=10, help="prompts per dataset, per category for spec-bench (10)")
-    b.add_argument("--temperatures", type=_csv(_temperature), default=(0.0,), help="comma-separated (0)")
-    b.add_argument("--budgets", type=_csv(_bounded(int, 1, MAX_BUDGET)), default=(16,), help="tree budgets of the speculative methods given without :B (16)")
-    b.add_argument("--max-new-tokens", type=_bounded(int, 1), default=128, help="per turn (128)")
+    b.add_argument("--categories", type=csv_of(str), default=(), help="keep only these categories in the sets that have them (spec-bench's translation, mt-bench's writing); other sets run whole")
+    b.add_argument("--turns", type=bounded(int, 1), default=None, help="ask at most this many turns of multi-turn prompts (all)")
+    b.add_argument("--limit", type=bounded(int, 1), default=10, help="prompts per dataset, per category for spec-bench (10)")
+    b.add_argument("--temperatures", type=csv_of(temperature), default=(0.0,), help="comma-separated (0)")
+    b.add_argument("--budgets", type=csv_of(bounded(int, 1, MAX_BUDGET)), default=(16,), help="tree budgets of the speculative methods given without :B (16)")
+    b.add_argument("--max-new-tokens", type=bounded(int, 1), default=128, help="per turn (128)")
     b.add_argument("--seed", type=SEED, default=0, help="sampling seed, the same for every method on a prompt")
     b.add_argument("--out", required=True, help="results JSONL; a rerun skips the records already there")
     b.set_defaults(func=_bench)
 
     _add_report(sub)
-    _add_gen_data(sub)
-    _add_train_drafter(sub)
-    _add_train_scorer(sub)
+    from taps.train.cli import add_commands
+
+    add_commands(sub)
 
     sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat/completions, streaming, /metrics)")
     _add_load_options(sv, "a trained drafter folder or a test drafter (default: the one taps ships for --target)")
     sv.add_argument("--method", type=_method, default="taps", help="NAME[+OPTION...] (default taps; ar: no speculation)")
-    sv.add_argument("--budget", type=_bounded(int, 1, MAX_BUDGET), default=None, help="most drafted nodes per verification (the method's default)")
+    sv.add_argument("--budget", type=bounded(int, 1, MAX_BUDGET), default=None, help="most drafted nodes per verification (the method's default)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    sv.add_argument("--port", type=_bounded(int, 1, 65535), default=8000, help="port to listen on (default 8000)")
-    sv.add_argument("--max-queue", type=_bounded(int, 0), default=64, help="requests that may wait; one more gets 429 (default 64)")
+    sv.add_argument("--port", type=bounded(int, 1, 65535), default=8000, help="port to listen on (default 8000)")
+    sv.add_argument("--max-queue", type=bounded(int, 0), default=64, help="requests that may wait; one more gets 429 (default 64)")
     sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $TAPS_API_KEY, else none)")
     sv.add_argument("--model-name", default=None, help="the model id clients send and /v1/models lists (default: --target)")
     sv.set_defaults(func=_serve)

@@ -19,6 +19,7 @@ e.g. the next turn of a chat) reuses that cache instead of prefilling it again.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -26,7 +27,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from taps.costmodel import LatencyProfile, saved_profile
+from taps.costmodel import LatencyProfile, default_profile, saved_profile
 from taps.decode import DecodeConfig, GenerationResult, Round, Stats, check_drafter, rounds
 from taps.drafters import TEST_DRAFTERS, Drafter, load_drafter, shipped_drafter, shipped_scorer
 from taps.drafters.sibling import load_sibling
@@ -37,6 +38,7 @@ from taps.target import Target
 from taps.text import TextStream
 from taps.verify import SamplingConfig
 
+log = logging.getLogger("taps")
 Prompt = str | Sequence[dict] | Sequence[int]  # text (chat template applied), chat messages, or token ids
 
 
@@ -57,6 +59,7 @@ def load(
     rollout: Rollout = Rollout(),
     flush_denormal: bool = True,
     reuse_prefix: bool = True,
+    verbose: bool = False,
 ) -> Speculator:
     """A ready speculative decoder.
 
@@ -70,7 +73,7 @@ def load(
         method's default). dtype: "float32" (exact) or "bfloat16" (default for names; a loaded
         model keeps its own). device: "cpu", "cuda", "mps" (default: the model's, else cpu).
     profile: a LatencyProfile or its JSON path (None: the one `taps profile` saved for this target,
-        dtype and kernel, else the stated default). scorer: an edge scorer, its folder, False for
+        dtype and kernel, else the stated default, said at log level INFO). scorer: an edge scorer, its folder, False for
         plain marginals, None for the drafter's own (taps only).
     drafter_quant: "int8" runs a trained drafter's linear layers in int8 (CPU only).
     linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
@@ -78,8 +81,10 @@ def load(
         (8x faster float32 decoding on x86 here; pass False to leave torch's setting alone).
     reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
         next turn); False: every call prefills its whole prompt (benchmarks).
+    verbose: show transformers' progress bars while loading (quiet by default).
     """
-    from taps.assets import DTYPES, MODELS, hub_snapshot, is_hub_id, load_model, packaged_name
+    from taps.assets import DTYPES, MODELS, load_model, packaged_name
+    from taps.hub import hub_snapshot, is_hub_id
     from taps.quantize import check_scheme
 
     parsed = Method.parse(method)
@@ -104,7 +109,7 @@ def load(
     if isinstance(target, str):
         name = target
         dtype = dtype or "bfloat16"
-        model, tok = load_model(target, dtype=DTYPES[dtype], linear=linear, device=device)
+        model, tok = load_model(target, dtype=DTYPES[dtype], linear=linear, device=device, verbose=verbose)
     else:  # a loaded model: named by its packaged name when it came from taps' cache (its shipped drafter follows)
         path = getattr(target, "name_or_path", "")
         name, model, tok = (path and packaged_name(path)) or path or type(target).__name__, target, tokenizer
@@ -135,6 +140,11 @@ def load(
         profile = LatencyProfile.load(profile)
     elif profile is None and isinstance(target, str):
         profile = saved_profile(name, dtype, linear, drafter_quant=drafter_quant)
+    if profile is None:
+        profile = default_profile()
+        log.info("no latency profile measured for %s in %s on this machine: tree sizes use the stated default "
+                 "(%s); run `taps profile --target %s --dtype %s` once for sizes fitted to it",
+                 name, dtype, profile.info.note, name, dtype)
     if scorer is None or scorer is True:
         scorer = shipped_scorer(folder)
     if isinstance(scorer, (str, Path)):

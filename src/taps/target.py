@@ -123,7 +123,7 @@ class Target:
         if common == 0:
             self.reset()
         elif common < self.n_cached:
-            self.cache.crop(common)
+            self.cache.crop(common - self.n_cached)  # a negative crop drops that many entries
             kept = torch.cat(self._feature_chunks)[:common] if self._feature_chunks else None
             self._feature_chunks = [] if kept is None else [kept]
         self.cached_ids, self.n_cached = ids[:common], common

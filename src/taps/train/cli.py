@@ -1,0 +1,218 @@
+"""The training commands of `taps`: gen-data, train-drafter, train-scorer (parsers and runners).
+
+The CLI parses and prints; taps.train computes and returns. `add_commands` adds them to the
+`taps` parser (taps.cli).
+"""
+
+from __future__ import annotations
+
+import json
+
+from taps.cli_options import SEED, bounded, csv_of
+
+
+def _gen_data(args) -> int:
+    from taps.train.data import append_text_sequences, generate_data
+
+    result = generate_data(args.target, args.out, args.prompts, max_new_tokens=args.max_new_tokens,
+                           batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True)
+    print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} generated now), "
+          f"{result.tokens} tokens")
+    if args.text_tokens:
+        from transformers import AutoTokenizer
+
+        from taps.assets import resolve
+
+        added = append_text_sequences(args.out, AutoTokenizer.from_pretrained(resolve(args.target)),
+                                      args.text_tokens, args.text_seq_len, args.seed)
+        print(f"{result.path}: {added} stdlib text sequences added")
+    return 0
+
+
+def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
+    """Special or added tokens that a chat never uses (not bos/eos/pad/unk, not in a rendered
+    conversation): candidates for a drafter's mask token."""
+    ids = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    reserved = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
+    used: set[int] = set()
+    if tokenizer.chat_template is not None:
+        conversation = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                        {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+        try:
+            used = set(tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False))
+        except Exception:  # a template that refuses a system turn, say: fall back to one user turn
+            used = set(tokenizer.apply_chat_template(conversation[1:2], add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False))
+    return [(i, tokenizer.convert_ids_to_tokens(i)) for i in sorted(ids - reserved - used)][:limit]
+
+
+TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every field has an option)
+    "kind": "the drafter kind to train",
+    "base": "with --kind grown: the pretrained model grown into a drafter (e.g. qwen2.5-coder-0.5b)",
+    "lora_rank": "with --kind grown: rank of the LoRA adapters (alpha = 2 * rank)",
+    "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
+    "block_size": "root + drafted slots per block (published: 16)",
+    "target_layer_ids": "comma-separated target layers read (default: one per drafter layer, spread from 1 to L-3)",
+    "draft_vocab_size": "score only the N most frequent tokens of the training data (default: all)",
+    "anchors_per_sequence": "blocks per sequence per step (published: up to 512)",
+    "anchor_region": "answer: blocks start only in a record's answer (after its n_prompt tokens), as at inference; all: anywhere",
+    "max_seq_len": "longer sequences are cut to their first N tokens",
+    "sequences_per_step": "sequences whose gradients add up before one optimizer step",
+    "epochs": "passes over the training sequences (published: 6)",
+    "lr": "peak AdamW learning rate (published: 6e-4)",
+    "warmup_fraction": "share of all steps spent warming the learning rate up (published: 0.04)",
+    "weight_decay": "AdamW weight decay",
+    "grad_clip": "gradient-norm clip (published: 1.0)",
+    "gamma": "slot-weight decay exp(-(k-1)/gamma) (default: 7, 5, 4 for blocks of 16, 10, 8)",
+    "soft_label_weight": "share of the loss given to KL(target top-k || drafter); 0: hard labels only",
+    "soft_label_top_k": "tokens of the target's distribution kept for soft labels",
+    "eval_sequences": "sequences held out to measure loss and per-slot accuracy",
+    "eval_every": "optimizer steps between evaluations (each appends a line to log.jsonl)",
+    "save_every": "optimizer steps between resumable checkpoints",
+    "stop_after_steps": "end this run at this step (the schedule still spans all epochs); rerun to resume",
+    "dtype": "the target's weights and the drafter's compute: float32 or bfloat16",
+    "seed": "drafter init, held-out split, data order and anchors",
+}
+TRAIN_REQUIRED = ("target", "data", "out", "mask_token_id", "progress")  # options of their own
+
+
+def _train_drafter(args) -> int:
+    from pathlib import Path
+
+    from taps.train.drafter import LOG_FILE, TrainDrafterConfig, train_drafter
+
+    if args.mask_token_id is None:
+        from transformers import AutoTokenizer
+
+        from taps.assets import resolve
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve(args.target))
+        listing = ", ".join(f"{i} {tok!r}" for i, tok in mask_token_candidates(tokenizer)) or "none found"
+        raise ValueError(
+            "--mask-token-id is required: the drafter's block filler, a token the target never needs "
+            f"(never pad or eos). Unused special tokens of {args.target}'s tokenizer: {listing}"
+        )
+    fields = {name: getattr(args, name) for name in TRAIN_HELP}
+    cfg = TrainDrafterConfig(target=args.target, data=args.data, out=args.out, mask_token_id=args.mask_token_id,
+                             progress=not args.no_progress, **fields)
+    if args.prompts is not None:
+        from taps.train.data import generate_data
+
+        # resumable and a no-op once complete: the data are generated once and reused after
+        result = generate_data(args.target, args.data, args.prompts, max_new_tokens=args.gen_max_new_tokens,
+                               batch_size=args.gen_batch_size, dtype=args.gen_dtype, seed=args.gen_seed,
+                               progress=not args.no_progress)
+        if result.generated:
+            print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} now), {result.tokens} tokens")
+    elif not Path(args.data).is_file():
+        raise ValueError(f"no data file {args.data}; make it with `taps gen-data` or pass --prompts N")
+    result = train_drafter(cfg)
+    print(f"drafter saved in {result.drafter_dir} (step {result.step} of {result.total_steps})")
+    if result.step < result.total_steps:
+        print("stopped early: rerun the same command to resume")
+    log = Path(args.out) / LOG_FILE
+    lines = [line for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    evals = [line for line in lines if "eval_loss" in json.loads(line)]
+    print(f"last evaluation: {evals[-1] if evals else (lines[-1] if lines else '-')}")
+    return 0
+
+
+def _add_gen_data(sub) -> None:
+    from taps.assets import DTYPES
+
+    d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
+    d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
+    d.add_argument("--out", required=True, help="JSONL file of {prompt_index, prompt, ids, n_prompt}; a rerun resumes")
+    d.add_argument("--prompts", type=bounded(int, 0), required=True, help="training prompts to answer (a larger N later adds more; 0 with --text-tokens: text only)")
+    d.add_argument("--max-new-tokens", type=bounded(int, 1), default=256, help="longest answer (256)")
+    d.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8, help="prompts per left-padded generate call (8)")
+    d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
+    d.add_argument("--seed", type=SEED, default=0, help="which training prompts, in which order (0)")
+    d.add_argument("--text-tokens", type=bounded(int, 0), default=0, help="also add N tokens of raw stdlib source (0)")
+    d.add_argument("--text-seq-len", type=bounded(int, 2), default=512, help="tokens per stdlib text sequence (512)")
+    d.set_defaults(func=_gen_data)
+
+
+def _add_train_drafter(sub) -> None:
+    import dataclasses
+
+    from taps.assets import DTYPES
+    from taps.train.drafter import ANCHOR_REGIONS, KINDS, TrainDrafterConfig
+
+    t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target on JSONL data")
+    t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
+    t.add_argument("--data", required=True, help='JSONL of {"ids": [...]} records (from `taps gen-data`)')
+    t.add_argument("--out", required=True, help="run folder: state.pt (resume), drafter/, log.jsonl")
+    t.add_argument("--mask-token-id", type=bounded(int, 0), default=None,
+                   help="block filler token id: an unused special token (required; omit it to see candidates)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t.add_argument("--prompts", type=bounded(int, 0), default=None,
+                   help="first run `gen-data` for N prompts into --data (resumed, then reused)")
+    t.add_argument("--gen-max-new-tokens", type=bounded(int, 1), default=256, help="with --prompts: longest answer (256)")
+    t.add_argument("--gen-batch-size", type=bounded(int, 1, 4096), default=8, help="with --prompts: prompts per generate call (8)")
+    t.add_argument("--gen-dtype", choices=list(DTYPES), default="float32", help="with --prompts: float32 or bfloat16")
+    t.add_argument("--gen-seed", type=SEED, default=0, help="with --prompts: which training prompts (0)")
+    optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
+    optional_float = lambda text: None if text.lower() == "none" else float(text)  # noqa: E731
+    for f in dataclasses.fields(TrainDrafterConfig):
+        if f.name in TRAIN_REQUIRED:
+            continue
+        kind = {"int": int, "float": float, "str": str, "int | None": optional_int, "float | None": optional_float,
+                "tuple[int, ...] | None": csv_of(int), "str | None": str}[str(f.type)]
+        extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)},
+                 "anchor_region": {"choices": list(ANCHOR_REGIONS)}}.get(f.name, {})
+        text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
+        if f.name == "kind":  # each registered kind says what it is
+            text += "; " + "; ".join(f"{kind.name}: {kind.doc}" for kind in KINDS.values())
+        t.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default, help=text, **extra)
+    t.set_defaults(func=_train_drafter)
+
+
+def _train_scorer(args) -> int:
+    import dataclasses
+
+    from taps.train.scorer import HELP, TrainScorerConfig, train_scorer
+
+    fields = {name: getattr(args, name) for name in HELP}
+    for f in dataclasses.fields(TrainScorerConfig):
+        if str(f.type) == "bool":  # the options are --no-... flags
+            fields[f.name] = not fields[f.name]
+    cfg = TrainScorerConfig(target=args.target, drafter=args.drafter, out=args.out, **fields)
+    result = train_scorer(cfg)
+    print(f"scorer saved in {result.scorer_dir} ({result.train_pools} training pools, {result.eval_pools} held out); "
+          f"use it with --method taps --scorer {result.scorer_dir}")
+    print(f"last log line ({result.log_path}): {json.dumps(result.last)}")
+    return 0
+
+
+def _add_train_scorer(sub) -> None:
+    import dataclasses
+
+    from taps.assets import DTYPES
+    from taps.train.scorer import HELP, TrainScorerConfig
+
+    t = sub.add_parser("train-scorer", help="record verification traces of a target and drafter, train the TAPS "
+                                            "edge scorer on them (method.md 3.4e)")
+    t.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
+    t.add_argument("--drafter", required=True, help="a trained drafter folder or a test drafter name")
+    t.add_argument("--out", required=True, help="run folder: traces/ (recorded once, then reused), scorer/, log.jsonl")
+    optional_int = lambda text: None if text.lower() == "none" else int(text)  # noqa: E731
+    for f in dataclasses.fields(TrainScorerConfig):
+        if f.name not in HELP:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if str(f.type) == "bool":  # the defaults are on: the flag turns them off
+            t.add_argument("--no-" + flag[2:], dest=f.name, action="store_true", help=HELP[f.name])
+            continue
+        kind = {"int": int, "float": float, "str": str, "int | None": optional_int}[str(f.type)]
+        extra = {"choices": list(DTYPES)} if f.name == "dtype" else {}
+        text = HELP[f.name] if "default" in HELP[f.name] else f"{HELP[f.name]} ({f.default})"
+        t.add_argument(flag, type=kind, default=f.default, help=text, **extra)
+    t.set_defaults(func=_train_scorer)
+
+
+def add_commands(sub) -> None:
+    _add_gen_data(sub)
+    _add_train_drafter(sub)
+    _add_train_scorer(sub)
