@@ -113,6 +113,7 @@ def _bench(args) -> int:
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
         profile=args.profile, scorer=args.scorer, turns=args.turns, drafter_quant=args.drafter_quant,
         rollout_steps=args.rollout_steps, rollout_reach=args.rollout_reach, device=args.device, linear=args.linear,
+        assistant=args.assistant,
     )
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
@@ -283,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--budgets", type=csv_of(bounded(int, 1, MAX_BUDGET)), default=(16,), help="tree budgets of the speculative methods given without :B (16)")
     b.add_argument("--max-new-tokens", type=bounded(int, 1), default=128, help="per turn (128)")
     b.add_argument("--seed", type=SEED, default=0, help="sampling seed, the same for every method on a prompt")
+    b.add_argument("--assistant", default="qwen2.5-coder-0.5b",
+                   help="the hf-assisted peer's assistant model (packaged name, folder or hub id; qwen2.5-coder-0.5b)")
     b.add_argument("--out", required=True, help="results JSONL; a rerun skips the records already there")
     b.set_defaults(func=_bench)
 
