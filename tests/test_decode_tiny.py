@@ -12,7 +12,8 @@ from taps.target import Target
 PROMPT = [5, 17, 33, 2, 9, 41]
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+# every check runs on Llama in the fast set; Qwen2 (attention biases) repeats them all in the slow set
+@pytest.fixture(scope="module", params=["llama", pytest.param("qwen2", marks=pytest.mark.slow)])
 def model(request):
     return tiny_model(request.param)
 

@@ -190,7 +190,8 @@ def noisy_copy(model, noise: float):
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
-@pytest.mark.parametrize("base", ["target", "noisy", "unrelated"])  # rollouts all accepted, partly, hardly ever
+# rollouts all accepted, partly, hardly ever (the last: many rounds, slow set)
+@pytest.mark.parametrize("base", ["target", "noisy", pytest.param("unrelated", marks=pytest.mark.slow)])
 def test_rollout_methods_decode_losslessly(target, base):
     tgt = Target(target)
     bases = {"target": lambda: target, "noisy": lambda: noisy_copy(target, 0.05),

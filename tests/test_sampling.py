@@ -49,6 +49,7 @@ def exact_two_token_law(model, sampling):
         (SamplingConfig(1.0), "sibling", "taps"),  # another model's greedy path, used as it is
     ],
 )
+@pytest.mark.slow  # 1,000 generations per case
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, method):
     target = Target(model)
@@ -69,6 +70,7 @@ def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, m
     assert chi_square_pvalue(samples, law) > 1e-3
 
 
+@pytest.mark.slow  # 1,000 generations
 def test_copy_rounds_follow_the_target_distribution(model):
     """taps+copy at T=1: after a drafted round that commits one token, the second round verifies
     the n-gram continuation of a repeating prompt alone. The law of the tokens that round decides

@@ -34,9 +34,13 @@ def references(target):
     return out
 
 
-@pytest.mark.parametrize("drafter", ["oracle", "noisy", "random"])
+# ddtree with the noisy drafter (branching trees, partly accepted: KV commits gather non-contiguous
+# nodes) is the fast set's real-model exactness check; the other pairs are slow
+@pytest.mark.parametrize("method, drafter", [
+    pytest.param(m, d, marks=() if (m, d) == ("ddtree", "noisy") else pytest.mark.slow)
+    for m in ("chain", "ddtree", "taps") for d in ("oracle", "noisy", "random")
+])
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
-@pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
 def test_greedy_equals_transformers_generate(target, references, drafter, method):
     d = load_drafter(drafter, target, block_len=7)
     for text, (ids, ref) in references.items():
@@ -51,6 +55,7 @@ def test_reference_covers_the_eos_boundary(target, references):
     assert ref[-1] in default_stop_ids(target) and len(ref) < 40
 
 
+@pytest.mark.slow  # loads SmolLM2 again in a subprocess
 def test_cli_generate_json_matches_library(references):
     text = PROMPTS[0]
     proc = subprocess.run(

@@ -131,6 +131,7 @@ def test_the_guard_reads_the_spec_bench_copy_in_the_package(fake_eval_sets):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_generate_data_resumes_and_matches_unbatched_greedy(smollm2, tmp_path):
     model, tokenizer = smollm2
     out = tmp_path / "data.jsonl"
@@ -215,6 +216,7 @@ def test_train_drafter_without_mask_token_suggests_candidates(capsys, tmp_path):
     assert "'<|im_end|>'" not in err  # eos is never offered
 
 
+@pytest.mark.slow  # SmolLM2 answers prompts, then a drafter trains on them
 def test_train_drafter_generates_data_once_then_trains(capsys, tmp_path):
     data, out = tmp_path / "data.jsonl", tmp_path / "run"
     argv = ["train-drafter", "--target", "smollm2-135m", "--data", str(data), "--out", str(out), "--prompts", "2",
