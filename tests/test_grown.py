@@ -13,7 +13,8 @@ from taps.drafters import TargetInfo, drafter_kind, load_drafter, shipped_drafte
 from taps.drafters.grown import GrownConfig, GrownDrafter, add_adapters, block_layout, block_logits, read_grown, save_grown
 from taps.drafters.loading import SHIPPED
 from taps.quantize import quantized_layers
-from taps.policies import POLICIES
+from taps.methods import every_method
+from taps.rounds import Rollout
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, train_drafter
 
@@ -201,11 +202,11 @@ def test_rollout_methods_decode_losslessly(target, base):
     prompt = [5, 17, 33, 2]
     ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
                           max_new_tokens=40, pad_token_id=0)[0, 4:].tolist()
-    for method in [m for m, policy in POLICIES.items() if policy.rollout]:  # with and without copy rounds
-        res = generate(tgt, prompt, DecodeConfig(method, budget=12, max_new_tokens=40, stop_ids=(), rollout_reach=0.0),
-                       drafter)
+    for method in [m for m in every_method() if "rollout" in m] + ["taps+copy+rollout"]:
+        cfg = DecodeConfig(method, budget=12, max_new_tokens=40, stop_ids=(), rollout=Rollout(reach=0.0))
+        res = generate(tgt, prompt, cfg, drafter)
         assert res.token_ids == ref, method
-        if base is target and method == "chain-rollout":  # the rollout is the target's greedy path: all accepted
+        if base is target and method == "chain+rollout":  # the rollout is the target's greedy path: all accepted
             assert res.stats.accepted_per_round[:-1] == [12] * (len(res.stats.accepted_per_round) - 1), method
         if name == "noisy":
             assert 1.2 < res.stats.tau < 5, method  # partly accepted
@@ -214,24 +215,18 @@ def test_rollout_methods_decode_losslessly(target, base):
 def test_rollout_needs_a_drafter_that_can_roll_out(target):
     tgt = Target(target)
     with pytest.raises(ValueError, match="only a grown drafter"):
-        generate(tgt, [5, 17, 33], DecodeConfig("taps-rollout", max_new_tokens=4), load_drafter("noisy", tgt))
-    with pytest.raises(ValueError, match="rollout_steps"):
-        DecodeConfig("taps-rollout", rollout_steps=-1)
+        generate(tgt, [5, 17, 33], DecodeConfig("taps+rollout", max_new_tokens=4), load_drafter("noisy", tgt))
+    with pytest.raises(ValueError, match="rollout steps"):
+        Rollout(steps=-1)
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 def test_a_rollout_round_passes_its_own_drafting_time_to_the_policy(target):
-    """taps-rollout chooses its size with the round's block pass + rollout time as t_draft."""
-    from taps.policies import POLICIES
-
-    seen = []
-
-    def spy(marginals, root, budget, **kw):
-        seen.append(kw)
-        return POLICIES["taps-rollout"].select(marginals, root, budget, **kw)
-
+    """taps+rollout chooses its size with the round's block pass + rollout time as t_draft."""
+    rounds = []
     tgt = Target(target)
     drafter = GrownDrafter(target, GrownConfig("base", MASK, block_size=4), tgt)
-    generate(tgt, [5, 17, 33, 2], DecodeConfig("taps-rollout", budget=8, max_new_tokens=20, stop_ids=()), drafter,
-             select=spy)
-    assert seen and all(kw["draft_seconds"] > 0 and "context" in kw for kw in seen)
+    generate(tgt, [5, 17, 33, 2], DecodeConfig("taps+rollout", budget=8, max_new_tokens=20, stop_ids=()), drafter,
+             on_round=rounds.append)
+    proposals = [r.proposal for r in rounds if r.proposal is not None]
+    assert proposals and all(p.draft_seconds > 0 and p.context is not None for p in proposals)
