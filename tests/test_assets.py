@@ -115,6 +115,14 @@ def test_resolve_missing_local_path_fails(path):
         assets.resolve(path)
 
 
+def test_a_typo_is_an_unknown_model_and_an_offline_hub_id_fails_at_once(monkeypatch):
+    with pytest.raises(AssetError, match="unknown model 'smollm3-135m': not a packaged name"):
+        assets.resolve("smollm3-135m")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(AssetError, match="not in the Hugging Face cache.*offline"):
+        assets.resolve("no-such-owner/no-such-model")
+
+
 def test_resolve_existing_dir_and_hub_id(tmp_path):
     assert assets.resolve(str(tmp_path)) == str(tmp_path)
     assert assets.resolve("org/model") == "org/model"

@@ -113,7 +113,7 @@ def test_default_profile_is_the_assets_smollm2_bf16_row():
     assert p.t_verify(15) == pytest.approx(0.0487)  # k = 16
     assert p.t_verify(127) == pytest.approx(0.161)
     assert p.draft_seconds == pytest.approx(0.0369)
-    assert "assets.md" in p.info.note and "assumed" in p.info.note
+    assert "measured" in p.info.note and "assumed" in p.info.note
 
 
 def test_save_load_round_trip(tmp_path):

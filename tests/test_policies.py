@@ -156,7 +156,7 @@ def pool_paths_and_reach(pool, q):
 
 
 def literal_greedy(pool, q, budget, lambda1, lambda2, threshold):
-    """method.md 3.4d word for word: take the best-utility node of the whole pool with its
+    """docs/method.md 3.4d word for word: take the best-utility node of the whole pool with its
     missing ancestors, until N_max or the best utility falls under the threshold."""
     parents, depths = pool.parents.tolist(), pool.depths.tolist()
     path, reach = pool_paths_and_reach(pool, q)

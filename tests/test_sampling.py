@@ -103,7 +103,7 @@ def test_copy_rounds_follow_the_target_distribution(model):
 
 
 def biased_token_level_accept(q_child: float, p: torch.Tensor, child: int, gen) -> int:
-    """The rule method.md forbids for deterministically chosen children: accept the drafted child
+    """The rule docs/method.md forbids for deterministically chosen children: accept the drafted child
     with min(1, p/q) where q is its marginal, else resample from the target."""
     if torch.rand((), generator=gen) < min(1.0, float(p[child]) / q_child):
         return child

@@ -1,4 +1,4 @@
-"""Scorer training (method.md 3.4e) on a tiny random Llama with the noisy test drafter: exact
+"""Scorer training (docs/method.md 3.4e) on a tiny random Llama with the noisy test drafter: exact
 labels from whole-pool verification, lossless recording, trace storage and reuse, training that
 lowers the held-out loss, and a trained scorer that plugs into the taps policy."""
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 from tqdm import tqdm
 
-from taps.hub import AssetError, check_cached_offline, is_hub_id  # noqa: F401  AssetError: re-exported
+from taps.hub import PATH_PREFIXES, AssetError, check_cached_offline, is_hub_id  # noqa: F401  AssetError: re-exported
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -363,6 +363,9 @@ def resolve(name_or_path: str, progress: bool = True) -> str:
     if path.exists():
         raise AssetError(f"{name_or_path} is a file, not a model folder; pass a model folder or one of: "
                          f"{', '.join(MODELS)}")
+    if name_or_path.startswith(PATH_PREFIXES):
+        raise AssetError(f"{name_or_path} does not exist; pass a model folder, a packaged name "
+                         f"({', '.join(MODELS)}) or a hub id (owner/name)")
     if not is_hub_id(name_or_path):
         raise AssetError(f"unknown model {name_or_path!r}: not a packaged name ({', '.join(MODELS)}), not a folder, "
                          "not a hub id (owner/name)")

@@ -1,6 +1,6 @@
 """Copy rounds: verify an n-gram continuation alone, without calling the drafter.
 
-An extension beyond method.md. Prompt lookup decoding drafts for free: summaries, code edits,
+An extension beyond docs/method.md. Prompt lookup decoding drafts for free: summaries, code edits,
 retrieval answers and second turns repeat their context, and a continuation found earlier in
 the text (`taps.lookup`) costs nothing to propose. `taps` already puts such continuations in
 its candidate pool, but every round still pays for the drafter's forward, which on a CPU is a
@@ -8,7 +8,7 @@ third of the round or more. A copy round skips it: the tree is the root and a re
 continuation (`CopyPlanner.continuation`), verified like any other tree, so decoding stays
 lossless whatever is chosen.
 
-Whether a round copies is method.md 3.3's rule, expected tokens per second, applied to the two
+Whether a round copies is docs/method.md 3.3's rule, expected tokens per second, applied to the two
 kinds of round with the latency profile: a copy round of n nodes commits 1 + sum of their reach
 probabilities in t_verify(n); a drafted round commits what drafted rounds have committed on
 average, in the drafting time they really took (measured: the block pass, and for rollout

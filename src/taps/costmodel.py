@@ -1,4 +1,4 @@
-"""Profiled latency of one round (method.md 3.3 and section 5): t_verify(n) and t_draft.
+"""Profiled latency of one round (docs/method.md 3.3 and section 5): t_verify(n) and t_draft.
 
 `t_verify(n)` is the time of one target forward over a tree of n drafted nodes (the root is
 not counted, so n = 0 is plain autoregressive decoding); `t_draft` is one drafter call. The
@@ -120,7 +120,7 @@ class LatencyProfile:
         """The n in 0..len(gains) maximising (1 + sum(gains[:n])) / (t_draft + t_verify(n)).
 
         gains[i] = the probability that the (i+1)-th node of a prefix-closed admission order is
-        accepted, so the numerator is the expected tokens committed by the round (method.md 3.3).
+        accepted, so the numerator is the expected tokens committed by the round (docs/method.md 3.3).
         Ties go to the smaller tree. `draft_seconds` replaces the profile's t_draft when the
         round's drafting cost is known: 0 for a round with no drafter call (a copy round,
         taps.copying), the measured block pass plus rollout steps for a rollout round (sunk by
@@ -204,7 +204,7 @@ def _read_line(xs: Sequence[int], ys: Sequence[float], x: float) -> float:
     return float(intercept + slope * max(x, min(xs)))
 
 
-# assets.md, "What a forward costs on this CPU", row SmolLM2-135M bf16: milliseconds per target
+# measured on a 2-core AVX-512 (bf16) CPU, SmolLM2-135M in bf16 (docs/method.md section 6): milliseconds per target
 # forward of k new tokens with 256 cached tokens (median of 5). A tree of n drafted nodes is
 # n + 1 new tokens (the root too), so the table's k = 1, 4, ..., 128 are n = 0, 3, ..., 127.
 _ASSETS_SMOLLM2_BF16_MS = {1: 36.9, 4: 37.6, 8: 42.2, 16: 48.7, 32: 64.3, 64: 97.5, 128: 161.0}
@@ -212,7 +212,7 @@ _ASSETS_SMOLLM2_BF16_MS = {1: 36.9, 4: 37.6, 8: 42.2, 16: 48.7, 32: 64.3, 64: 97
 
 def default_profile() -> LatencyProfile:
     """The stated default when no profile was measured: SmolLM2-135M in bf16 on the 2-core
-    AVX-512 CPU of assets.md, t_verify from its table. No drafter was measured there, so
+    AVX-512 CPU measured in docs/method.md section 6, t_verify from its table. No drafter was measured there, so
     t_draft is ASSUMED equal to one single-token target forward (36.9 ms): on this CPU a small
     forward costs mostly per-call overhead and the LM head. Measure your own with
     `measure_profile` for any other target, dtype, drafter or machine.
@@ -222,13 +222,13 @@ def default_profile() -> LatencyProfile:
     info = ProfileInfo(
         target="SmolLM2-135M-Instruct",
         dtype="bfloat16",
-        cpu="2-core AVX-512 (bf16) CPU of assets.md",
+        cpu="2-core AVX-512 (bf16) CPU measured in docs/method.md section 6",
         torch="2.13.0",
         threads=2,
         context_lengths=(256,),
         repeats=5,
         verify_by_context=(seconds,),
-        note="t_verify from the SmolLM2-135M bf16 row of assets.md; t_draft assumed = t_verify(0), no drafter measured",
+        note="t_verify from the SmolLM2-135M bf16 row of a measured table (docs/method.md section 6); t_draft assumed = t_verify(0), no drafter measured",
     )
     return LatencyProfile(sizes, seconds, seconds[0], info)
 

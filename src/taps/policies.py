@@ -164,7 +164,7 @@ def chain(proposal: Proposal, budget: int, config: None = None) -> Tree:
 
 @register("ddtree", "DDTree: the `budget` most likely paths by product of marginals (best-first heap)")
 def ddtree(proposal: Proposal, budget: int, config: None = None) -> Tree:
-    """The top-`budget` prefixes by Q(path) = prod_d q_d(x_d) (method.md 3.2), see `_best_first`."""
+    """The top-`budget` prefixes by Q(path) = prod_d q_d(x_d) (docs/method.md 3.2), see `_best_first`."""
     marginals, root = proposal.marginals, proposal.root
     if marginals.shape[0] == 0 or budget == 0:
         return Tree.root_only(root)
@@ -186,7 +186,7 @@ class CostAwareConfig:
     config_type=CostAwareConfig,
 )
 def cost_aware(proposal: Proposal, budget: int, config: CostAwareConfig | None = None) -> Tree:
-    """method.md 3.3: along DDTree's best-first order, keep the n <= budget first nodes that
+    """docs/method.md 3.3: along DDTree's best-first order, keep the n <= budget first nodes that
     maximise (1 + sum of their Q) / (t_draft + t_verify(n)); every prefix of the order is a
     prefix-closed tree, so any n is valid. The profile is read at the proposal's `context`
     (cached tokens before the root, `LatencyProfile.at_context`; None: the mean curve), with
@@ -287,7 +287,7 @@ _MARGINAL = MarginalScorer()
     config_type=TapsConfig,
 )
 def taps(proposal: Proposal, budget: int, config: TapsConfig | None = None) -> Tree:
-    """method.md 3.4 (a-d) with section 5's size rule.
+    """docs/method.md 3.4 (a-d) with section 5's size rule.
 
     a. `build_pool`: top-K per depth, best-first into N_pool nodes, plus the proposal's `paths`.
     b. q_cond for every pool edge from the scorer.

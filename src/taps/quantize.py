@@ -4,7 +4,7 @@ Why: on a CPU a draft is a forward of a whole model over a few rows, bound by re
 weights; int8 weights are a quarter of float32's. On the 2-core AVX2 machine taps is developed
 on, the grown 0.5B drafter's call fell from 297 to 120 ms (128-token context; 456 to 212 ms at
 2,048) at about the same tau. Lossless for the output: the drafter only proposes, the float32
-target verifies every token (method.md section 4), so a less exact drafter can cost acceptance,
+target verifies every token (docs/method.md section 4), so a less exact drafter can cost acceptance,
 never correctness. The target itself is never quantized.
 
 PyTorch's dynamic quantization (`torch.ao.quantization.quantize_dynamic`, fbgemm/x86 int8

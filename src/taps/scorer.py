@@ -1,4 +1,4 @@
-"""The TAPS edge scorer (method.md 3.4b, 3.4e): candidate pool edges -> q_cond.
+"""The TAPS edge scorer (docs/method.md 3.4b, 3.4e): candidate pool edges -> q_cond.
 
 For every edge parent -> child of the candidate pool, `q_cond(child) = P(child accepted |
 parent reached)`. Siblings compete in one softmax together with an explicit "none of these"

@@ -158,7 +158,7 @@ class Target:
 
     @torch.inference_mode()
     def forward_tree(self, tree: Tree) -> TreeOutput:
-        """One forward over the flattened tree (method.md section 4); position = n_cached + depth."""
+        """One forward over the flattened tree (docs/method.md section 4); position = n_cached + depth."""
         if self.cache is None:
             raise TargetError("call prefill() before forward_tree()")
         if self.n_cached + int(tree.depths.max()) >= self.max_positions:

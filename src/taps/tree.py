@@ -1,4 +1,4 @@
-"""The draft tree (method.md sections 1 and 4): tokens, parents, depths, ancestor mask.
+"""The draft tree (docs/method.md sections 1 and 4): tokens, parents, depths, ancestor mask.
 
 Node 0 is the root (the last committed token, depth 0, parent -1). Every other node is a
 drafted token whose parent comes earlier in the arrays, so the flattened order already has

@@ -1,4 +1,4 @@
-"""Predraw-and-follow acceptance (method.md section 4), lossless at every temperature.
+"""Predraw-and-follow acceptance (docs/method.md section 4), lossless at every temperature.
 
 The target draws its own token at a node from its (temperature-processed) distribution,
 argmax at temperature 0. Walking from the root, while the target's token at the current node

@@ -4,7 +4,7 @@ A drafter turns the committed context into marginals [L, vocab]. It is called on
 with every committed token (the root last) and the target features of the committed tokens it
 has not seen yet (the root's features arrive next round, since they come out of this round's
 verification). Row d of its output is the marginal q_{d+1} of the token d + 1 places after the
-root (method.md section 1).
+root (docs/method.md section 1).
 
 A *kind* is a family of trained drafters stored in folders: DFlash (taps.drafters.dflash),
 grown (taps.drafters.grown). Each kind owns its network, its checkpoint layout (and the marker

@@ -1,4 +1,4 @@
-"""The DFlash block-diffusion drafter's network (method.md section 2) and its config.
+"""The DFlash block-diffusion drafter's network (docs/method.md section 2) and its config.
 
 One forward over the block `[root, MASK, ..., MASK]` gives the marginals of the next
 `block_size - 1` positions. The drafter has no embedding table or LM head of its own: it reads
@@ -24,7 +24,7 @@ DRAFT_VOCAB_KEY = "draft_vocab_ids"  # the draft vocabulary's buffer: it travels
 
 
 def default_target_layer_ids(num_target_layers: int, n: int) -> tuple[int, ...]:
-    """`n` target layers spread evenly from layer 1 to layer L-3 (method.md section 2), as the
+    """`n` target layers spread evenly from layer 1 to layer L-3 (docs/method.md section 2), as the
     published drafters chose them; a single layer is the middle one."""
     if n < 1:
         raise ValueError(f"a drafter reads at least one target layer, got n={n}")
@@ -87,7 +87,7 @@ class DFlashConfig:
     def for_target(cls, target_config, mask_token_id: int, num_hidden_layers: int = 1,
                    target_layer_ids: Sequence[int] | None = None, block_size: int = 16,
                    draft_vocab_ids: Sequence[int] | None = None) -> "DFlashConfig":
-        """A drafter shaped like the target (method.md section 2: the target's family style)."""
+        """A drafter shaped like the target (docs/method.md section 2: the target's family style)."""
         c = target_config
         heads = c.num_attention_heads
         rope = getattr(c, "rope_parameters", None) or {}
@@ -153,7 +153,7 @@ class ContextCache:
     """Rotated keys and values of every context position so far, per drafter layer.
 
     Only context enters it: the block's keys and values are rebuilt every draft, so there is
-    nothing to drop afterwards (method.md section 2)."""
+    nothing to drop afterwards (docs/method.md section 2)."""
 
     def __init__(self, n_layers: int):
         self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers  # [B, kv_heads, n, d] each
@@ -223,7 +223,7 @@ class DFlashLayer(nn.Module):
 
 
 class DFlashDrafterModel(nn.Module):
-    """The drafter network (method.md section 2). It owns no embedding table and no LM head."""
+    """The drafter network (docs/method.md section 2). It owns no embedding table and no LM head."""
 
     def __init__(self, cfg: DFlashConfig):
         super().__init__()

@@ -1,4 +1,4 @@
-"""How a DFlash drafter trains (method.md section 2, "Training recipe"): its block layout and loss.
+"""How a DFlash drafter trains (docs/method.md section 2, "Training recipe"): its block layout and loss.
 
 The frozen target runs once over a whole training sequence and gives the hidden states of the
 drafter's `target_layer_ids` (and, for soft labels, its top-k next-token distributions). Random

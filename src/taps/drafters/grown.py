@@ -4,7 +4,7 @@ A small pretrained model of the target's family (qwen2.5-coder-0.5b for the 1.5B
 tokenizer) learns to fill a block in one forward. After the committed text it reads L - 1 copies
 of a mask token; its logits at the root give q_1 (its ordinary next-token prediction, which it
 already makes well) and its logits at mask j give q_{j+1}, the token j + 1 places after the root
-(method.md section 1's marginals). Attention stays causal: a mask sees the context, the root and
+(docs/method.md section 1's marginals). Attention stays causal: a mask sees the context, the root and
 the masks before it, which carry only their positions. The drafter keeps its own KV cache of the
 committed text; the masks' K/V are dropped after every draft.
 

@@ -1,4 +1,4 @@
-"""The block objective every drafter kind trains with (method.md section 2, "Training recipe").
+"""The block objective every drafter kind trains with (docs/method.md section 2, "Training recipe").
 
 A training block is rooted at an anchor a of a sequence: slot 0 holds the token at a (given),
 slot k >= 1 learns the token at a + k with weight exp(-(k-1)/gamma). Early slots matter most,

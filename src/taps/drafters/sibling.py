@@ -1,5 +1,5 @@
 """Drafting by a model's own greedy path: a sibling model used as it is, no training
-(docs/method.md section 9).
+(docs/method.md section 11).
 
 A smaller model that shares the target's tokenizer (Qwen2.5-Coder-0.5B for the 1.5B) already
 predicts text well. `GreedyPathDrafter` decodes its greedy continuation of the committed text,

@@ -193,7 +193,7 @@ def _add_train_scorer(sub) -> None:
     from taps.train.scorer import HELP, TrainScorerConfig
 
     t = sub.add_parser("train-scorer", help="record verification traces of a target and drafter, train the TAPS "
-                                            "edge scorer on them (method.md 3.4e)")
+                                            "edge scorer on them (docs/method.md 3.4e)")
     t.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
     t.add_argument("--drafter", required=True, help="a trained drafter folder or a test drafter name")
     t.add_argument("--out", required=True, help="run folder: traces/ (recorded once, then reused), scorer/, log.jsonl")

@@ -1,5 +1,5 @@
 """The drafter's training data file: the target's own answers to training prompts
-(self-distillation, method.md section 2: DFlash regenerates every response with the target, so
+(self-distillation, docs/method.md section 2: DFlash regenerates every response with the target, so
 the drafter learns what the target actually says, not what some dataset says), and optionally
 raw standard-library source. The file is a records file (taps.records): resumable, its
 settings pinned, read back by taps.train.drafter.

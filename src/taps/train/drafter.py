@@ -1,4 +1,4 @@
-"""Training a block drafter of any registered kind (taps.drafters.KINDS; method.md section 2,
+"""Training a block drafter of any registered kind (taps.drafters.KINDS; docs/method.md section 2,
 "Training recipe"). Every kind trains on the same data with the same random anchors, slot
 weights (taps.drafters.objective), schedule and checkpoints; the kind's `Trainee` gives its block
 losses, its trainable parameters and, through the kind, its saved folder. This module is the

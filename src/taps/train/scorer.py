@@ -1,4 +1,4 @@
-"""Training the TAPS edge scorer (method.md 3.4e): record verification traces, then fit.
+"""Training the TAPS edge scorer (docs/method.md 3.4e): record verification traces, then fit.
 
 Recording. Each training prompt is decoded with the drafter, and every round the candidate pool
 of 3.4a (`taps.policies.build_pool`: top-K per depth, best-first to N_pool nodes, plus n-gram
