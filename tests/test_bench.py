@@ -255,7 +255,7 @@ def test_a_file_never_mixes_dtypes_drafter_precisions_or_machines(harness, tmp_p
 # every setting that changes a record's numbers, with another value (issue 20, item 1)
 NUMBER_SETTINGS = {
     "max_new_tokens": 64, "drafter": "oracle-2", "seed": 1, "dtype": "float32", "scorer": "some/scorer",
-    "profile": "profile.json", "lookup": False, "drafter_quant": "int8", "rollout_steps": 8, "rollout_reach": 0.5,
+    "profile": "profile.json", "drafter_quant": "int8", "rollout_steps": 8, "rollout_reach": 0.5, "linear": "torch",
     "block_len": 7, "target": "qwen2.5-coder-1.5b", "assistant": "other-assistant", "turns": 1,
 }  # fmt: skip
 

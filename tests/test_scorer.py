@@ -6,7 +6,7 @@ import torch
 from marginals import random_marginals
 
 from taps.drafters import shipped_scorer
-from taps.policies import TapsConfig, build_pool, ddtree, taps
+from taps.policies import Proposal, TapsConfig, build_pool, ddtree, taps
 from taps.scorer import (
     CandidatePool,
     EdgeFeatures,
@@ -156,7 +156,7 @@ def test_taps_with_marginal_scores_and_no_depth_cost_is_ddtree(seed, budget, sco
     the same node set as DDTree with the same budget (K and N_pool large enough to hold it)."""
     m = random_marginals(5, 12, seed)
     cfg = TapsConfig(k=12, pool_size=60, scorer=scorer, lambda2=0.0, throughput=False)
-    assert paths(taps(m, 3, budget, config=cfg)) == paths(ddtree(m, 3, budget))
+    assert paths(taps(Proposal(3, m), budget, config=cfg)) == paths(ddtree(Proposal(3, m), budget))
 
 
 def test_candidate_pool_validates_lengths():

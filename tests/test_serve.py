@@ -126,7 +126,7 @@ def test_chat_completion_equals_generate_token_for_token(hello, spec):
 def test_completion_equals_generate(server, spec):
     prompt = "The capital of France is"
     answer = server.client().completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0, seed=3)
-    expected = spec.generate(prompt, max_new_tokens=8, temperature=0.0, seed=3)
+    expected = spec.generate(prompt, max_new_tokens=8, temperature=0.0, seed=3, chat=False)  # completions: raw text
     assert answer.choices[0].text == expected.text
     assert answer.to_dict()["taps"]["token_ids"] == expected.token_ids
     assert answer.to_dict()["taps"]["seed"] == 3

@@ -36,7 +36,7 @@ def parse_entry(entry: str) -> tuple[str, int | None]:
     name, colon, fixed = entry.partition(":")
     if name in PEERS:
         if colon:
-            raise ValueError(f"{entry!r}: a budget (NAME:B) applies only to taps' speculative methods")
+            raise ValueError(f"{entry!r}: a budget (NAME:B) applies only to speculative methods, not to a peer")
         return name, None
     method = Method.parse(name)
     if colon and not (method.needs_draft and fixed.isdigit() and int(fixed) >= 1):
