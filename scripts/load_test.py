@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     for level in levels:
         record = run_level(url, headers, level, args.requests, args.max_tokens, args.timeout)
         record.update(cpu=cpu_name(), cores=os.cpu_count(), url=url, note=args.note,
-                      time=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                      time=datetime.now(UTC).isoformat(timespec="seconds"))
         with out.open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(f"c={level:2d} {record['ok']}/{record['requests']} ok, {record['requests_per_min']:.1f} req/min, "

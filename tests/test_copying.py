@@ -4,13 +4,13 @@ committed token's features once."""
 
 import pytest
 import torch
-from tiny import tiny_model
 
 from taps.copying import Continuation, CopyPlanner, Rate
 from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.target import Target
+from tiny import tiny_model
 
 INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
 # verifying costs 1 s plus 0.01 s per node; drafts (observed below) cost 1 s: copying saves half a round

@@ -6,11 +6,11 @@ import warnings
 
 import pytest
 import torch
-from tiny import tiny_model
 
 from taps.costmodel import LatencyProfile, ProfileInfo, cpu_name, default_profile, measure_profile
 from taps.drafters.testing import RandomDrafter
 from taps.target import Target
+from tiny import tiny_model
 
 INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
 

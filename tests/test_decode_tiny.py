@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import TEST_DRAFTERS, load_drafter
 from taps.methods import every_method
 from taps.target import Target
+from tiny import tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 

@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 from safetensors.torch import save_file
-from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import DrafterKind, TargetInfo, drafter_kind, load_drafter
@@ -19,6 +18,7 @@ from taps.drafters.dflash_model import (
     rotary,
 )
 from taps.target import Target
+from tiny import tiny_model
 
 LAYERS = (0, 2)  # tiny targets have 3 layers: too few for the default spread from 1 to L-3
 MASK = 95

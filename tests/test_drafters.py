@@ -3,7 +3,6 @@ the scorer folder's own marker."""
 
 import pytest
 import torch
-from tiny import tiny_model
 
 from taps.drafters import KINDS, TEST_DRAFTERS, TargetInfo, drafter_kind, load_drafter, shipped_drafter, shipped_scorer
 from taps.drafters.base import DrafterKind, register
@@ -13,6 +12,7 @@ from taps.drafters.loading import SHIPPED
 from taps.scorer import EdgeScorer
 from taps.target import Target, TargetError
 from taps.train.drafter import TrainDrafterConfig
+from tiny import tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -6,17 +6,25 @@ import json
 
 import pytest
 import torch
-from tiny import greedy_sequences, tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import TargetInfo, drafter_kind, load_drafter, shipped_drafter
-from taps.drafters.grown import GrownConfig, GrownDrafter, add_adapters, block_layout, block_logits, read_grown, save_grown
+from taps.drafters.grown import (
+    GrownConfig,
+    GrownDrafter,
+    add_adapters,
+    block_layout,
+    block_logits,
+    read_grown,
+    save_grown,
+)
 from taps.drafters.loading import SHIPPED
-from taps.quantize import quantized_layers
 from taps.methods import every_method
+from taps.quantize import quantized_layers
 from taps.rounds import Rollout
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, train_drafter
+from tiny import greedy_sequences, tiny_model
 
 MASK = 95
 

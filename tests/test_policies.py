@@ -4,16 +4,16 @@ import warnings
 
 import pytest
 import torch
-from marginals import random_marginals
 
+from marginals import random_marginals
 from taps.costmodel import LatencyProfile, ProfileInfo, default_profile
 from taps.lookup import ngram_continuations
 from taps.methods import Method
 from taps.policies import (
     POLICIES,
     CandidatePath,
-    Proposal,
     CostAwareConfig,
+    Proposal,
     TapsConfig,
     build_pool,
     chain,

@@ -3,13 +3,13 @@ quantized drafter stays exact, and what cannot be quantized is refused clearly."
 
 import pytest
 import torch
-from tiny import tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.drafters.grown import GrownConfig, GrownDrafter
 from taps.quantize import load_dtype, quantize_linears, quantized_layers
 from taps.target import Target
+from tiny import tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 

@@ -125,14 +125,14 @@ def test_an_unwritable_location_fails_on_opening(tmp_path):
 
 
 def test_the_results_in_this_repository_read_and_summarize():
-    # written before settings were pinned: the report must still read every one
+    # most written before settings were pinned: the report must still read every one
     root = Path(__file__).resolve().parents[1] / "results"
     files = [p for p in root.rglob("*.jsonl") if ".answers" not in str(p) and "train_log" not in p.name]
     if not files:
         pytest.skip("no results folder beside the tests")
     for path in files:
         records = read_records(path, required=KEY_FIELDS)
-        assert records and read_settings(path) is None, path
+        assert records, path
         assert summarize(records), path
 
 

@@ -14,8 +14,18 @@ import pytest
 
 import taps
 from taps.records import RecordFile
-from taps.report import (complete_only, head_to_head, markdown_table, rival_matrix, round_costs, same_size_tau,
-                         speedup_matrix, tau_at_size, taps_rival_rows, write_report)
+from taps.report import (
+    complete_only,
+    head_to_head,
+    markdown_table,
+    rival_matrix,
+    round_costs,
+    same_size_tau,
+    speedup_matrix,
+    taps_rival_rows,
+    tau_at_size,
+    write_report,
+)
 from taps.report_plots import plot_learning_curves, stage_shares
 from taps.summary import pooled_rows, summarize
 

@@ -3,9 +3,8 @@
 
 import pytest
 import torch
-from stats import chi_square_pvalue
-from tiny import tiny_model
 
+from stats import chi_square_pvalue
 from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
@@ -14,6 +13,7 @@ from taps.drafters.sibling import load_sibling
 from taps.target import Target
 from taps.tree import Tree
 from taps.verify import SamplingConfig
+from tiny import tiny_model
 
 VOCAB = 8
 PROMPT = [1, 4, 2]

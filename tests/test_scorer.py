@@ -3,8 +3,8 @@ reduction to DDTree with marginal scores and no depth cost."""
 
 import pytest
 import torch
-from marginals import random_marginals
 
+from marginals import random_marginals
 from taps.drafters import shipped_scorer
 from taps.policies import Proposal, TapsConfig, build_pool, ddtree, taps
 from taps.scorer import (

@@ -3,7 +3,6 @@ method, its rows are its own greedy conditionals, and the oracle is the target's
 
 import pytest
 import torch
-from tiny import tiny_model
 
 import taps
 from taps.decode import DecodeConfig, generate
@@ -11,6 +10,7 @@ from taps.drafters import load_drafter
 from taps.drafters.sibling import GreedyPathDrafter, load_sibling
 from taps.methods import every_method
 from taps.target import Target
+from tiny import tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 

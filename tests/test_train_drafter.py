@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-from tiny import greedy_sequences, tiny_model
 
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
@@ -15,6 +14,7 @@ from taps.drafters.dflash_training import BlockObjective, build_block_mask, draf
 from taps.drafters.objective import slot_weights
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, load_sequences, sample_anchors, train_drafter
+from tiny import greedy_sequences, tiny_model
 
 LAYERS = (0, 2)
 MASK = 95

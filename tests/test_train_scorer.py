@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-from tiny import tiny_model
 
 from taps.cli import main
 from taps.decode import DecodeConfig, generate
@@ -27,6 +26,7 @@ from taps.train.scorer import (
     train_scorer,
 )
 from taps.verify import SamplingConfig, Verdict
+from tiny import tiny_model
 
 VOCAB = 96
 PROMPT = [5, 17, 33, 2, 9, 41, 5, 17, 33]  # repeats itself: n-gram lookup finds candidates at once

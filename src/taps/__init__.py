@@ -8,7 +8,7 @@ The public API is `load` (taps.engine) and what it returns. Imports are lazy, so
 parts (taps.records, taps.report) work without torch.
 """
 
-__all__ = ["load", "Speculator", "GenerationResult", "Round"]
+__all__ = ["GenerationResult", "Round", "Speculator", "load"]
 
 
 def __getattr__(name: str):

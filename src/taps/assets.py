@@ -24,15 +24,16 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
-from taps.hub import PATH_PREFIXES, AssetError, check_cached_offline, is_hub_id  # noqa: F401  AssetError: re-exported
+from taps.hub import PATH_PREFIXES, AssetError, check_cached_offline, is_hub_id
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

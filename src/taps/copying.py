@@ -26,8 +26,8 @@ follow the text as copying starts and stops.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from taps.costmodel import LatencyProfile
 from taps.lookup import ngram_continuations

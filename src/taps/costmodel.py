@@ -24,10 +24,11 @@ import platform
 import statistics
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -132,7 +133,7 @@ class LatencyProfile:
         seconds = draft + self.verify_curve(g.shape[0])  # [B + 1]
         return int((committed / seconds).argmax())
 
-    def at_context(self, context: int | None) -> "LatencyProfile":
+    def at_context(self, context: int | None) -> LatencyProfile:
         """This profile read at `context` cached tokens: every size's verify time (and t_draft,
         where kept per context) from a least-squares line over the measured context lengths
         (attention and cache work grow linearly with the context; the line also averages out a
@@ -167,7 +168,7 @@ class LatencyProfile:
         }
 
     @staticmethod
-    def from_dict(d: dict) -> "LatencyProfile":
+    def from_dict(d: dict) -> LatencyProfile:
         if d.get("format") != FORMAT or d.get("version") != VERSION:
             raise ValueError(
                 f"not a {FORMAT} v{VERSION} document (format={d.get('format')!r}, version={d.get('version')!r})"
@@ -184,7 +185,7 @@ class LatencyProfile:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @staticmethod
-    def load(path: str | Path) -> "LatencyProfile":
+    def load(path: str | Path) -> LatencyProfile:
         """The profile saved at `path`; warns when it was measured on another CPU than this one
         (its tree sizes would fit that machine: measure this one with `taps profile`)."""
         profile = LatencyProfile.from_dict(json.loads(Path(path).read_text()))

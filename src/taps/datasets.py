@@ -12,9 +12,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 GSM_SYMBOLIC_SEED = 1234  # the evaluation seed of GSM-Symbolic; training data must use others
 SPEC_BENCH_FILE = Path(__file__).parent / "data" / "spec_bench" / "question.jsonl"  # its README: source, licence

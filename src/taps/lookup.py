@@ -7,7 +7,7 @@ quoted text repeat themselves, which is where these candidates pay.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

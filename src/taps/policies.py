@@ -21,9 +21,10 @@ import dataclasses
 import heapq
 import math
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

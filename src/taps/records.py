@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 HEADER_KEY = "settings"  # the first line of a pinned file: {"settings": {...}} and nothing else
 
@@ -121,7 +121,7 @@ class RecordFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike, settings: dict, required: Sequence[str] = (),
-             remedy: str = "write to another --out") -> "RecordFile":
+             remedy: str = "write to another --out") -> RecordFile:
         """Open (or create) `path` for appending records made with `settings` (JSON values).
 
         A torn last line is cut off, with a warning. A file without records takes `settings`

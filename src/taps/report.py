@@ -9,8 +9,8 @@ no torch: a report is made where no model runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from taps.records import group_label, is_peer
 from taps.summary import distinct, median_speed_ratio, paired, summarize

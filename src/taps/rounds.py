@@ -20,8 +20,9 @@ next draft consumes them, so a copy round (no draft) loses none.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 

@@ -20,10 +20,11 @@ q_reach = prod q_cond against "was this node on the accepted path"; `train_step`
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -97,7 +98,7 @@ class EdgeFeatures:
     child_entropy: torch.Tensor  # [n] float32, entropy at depth + 1, where its children sit (0 past the last depth)
 
     @staticmethod
-    def from_pool(pool: CandidatePool, entropy: torch.Tensor) -> "EdgeFeatures":
+    def from_pool(pool: CandidatePool, entropy: torch.Tensor) -> EdgeFeatures:
         """entropy: [depth] from `depth_entropy(marginals)`."""
         padded = torch.cat([entropy.new_zeros(1), entropy.float(), entropy.new_zeros(1)])  # [depth + 2]
         return EdgeFeatures(
@@ -112,7 +113,7 @@ class EdgeFeatures:
         )
 
     @staticmethod
-    def concat(parts: Sequence["EdgeFeatures"]) -> "EdgeFeatures":
+    def concat(parts: Sequence[EdgeFeatures]) -> EdgeFeatures:
         """One forest of all parts: parent indices are shifted, roots stay -1."""
         offsets = torch.tensor([0] + [p.parents.shape[0] for p in parts[:-1]]).cumsum(0).tolist()
         parents = torch.cat([torch.where(p.parents >= 0, p.parents + off, -1) for p, off in zip(parts, offsets)])
@@ -211,7 +212,7 @@ class EdgeScorer(nn.Module):
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
 
     @staticmethod
-    def load(folder: str | Path) -> "EdgeScorer":
+    def load(folder: str | Path) -> EdgeScorer:
         folder = Path(folder)
         meta = json.loads(scorer_config(folder).read_text())
         if meta.pop("format", None) != FORMAT or meta.pop("version", None) != VERSION:
@@ -253,7 +254,7 @@ class ScorerLabels:
     accepted_known: torch.Tensor  # [n] bool: accepted[i] is a label (e.g. i's parent was verified)
 
     @staticmethod
-    def concat(parts: Sequence["ScorerLabels"]) -> "ScorerLabels":
+    def concat(parts: Sequence[ScorerLabels]) -> ScorerLabels:
         fields = ("target_prob", "labelled", "accepted", "accepted_known")
         return ScorerLabels(*(torch.cat([getattr(p, f) for p in parts]) for f in fields))
 

@@ -31,11 +31,19 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from uvicorn import Config, Server as UvicornServer
+from uvicorn import Config
+from uvicorn import Server as UvicornServer
 
 from taps.serve_engine import Engine, Job, Metrics
-from taps.serve_schema import (APIError, CompletionRequest, Envelope, parse_body, parse_request, taps_extension,
-                               token_budget)
+from taps.serve_schema import (
+    APIError,
+    CompletionRequest,
+    Envelope,
+    parse_body,
+    parse_request,
+    taps_extension,
+    token_budget,
+)
 
 log = logging.getLogger("taps.serve")
 CLIENT_GONE = 499  # status logged for a request whose client left before its answer (nginx's convention)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from taps.records import group_label, tokens_per_second
 

@@ -7,8 +7,8 @@ Plain decoding is the same forward with a root-only tree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel

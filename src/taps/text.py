@@ -10,7 +10,7 @@ are a prefix of the final text, so their concatenation is exactly `text` when th
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class TextStream:

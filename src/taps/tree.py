@@ -33,7 +33,7 @@ class Tree:
                 raise ValueError("depths must equal the parent's depth + 1")
 
     @staticmethod
-    def from_lists(tokens: list[int], parents: list[int]) -> "Tree":
+    def from_lists(tokens: list[int], parents: list[int]) -> Tree:
         """Build from plain lists; depths are derived from parents."""
         depths = [0] * len(tokens)
         for i in range(1, len(tokens)):
@@ -45,7 +45,7 @@ class Tree:
         )
 
     @staticmethod
-    def root_only(root: int) -> "Tree":
+    def root_only(root: int) -> Tree:
         """The tree of plain autoregressive decoding: the root and no draft."""
         return Tree.from_lists([root], [-1])
 

@@ -19,9 +19,10 @@ choices then find it here.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +55,7 @@ class TargetInfo:
     num_hidden_layers: int  # its decoder layers
 
     @classmethod
-    def of(cls, model: "PreTrainedModel", name: str) -> "TargetInfo":
+    def of(cls, model: PreTrainedModel, name: str) -> TargetInfo:
         return cls(name, model.get_output_embeddings().weight.shape[0], model.config.hidden_size,
                    model.config.num_hidden_layers)
 
@@ -77,8 +78,8 @@ class KindTraining:
 
     options: tuple[str, ...]  # TrainDrafterConfig fields only this kind reads; other kinds refuse them unless at their default
     required: Mapping[str, str]  # of those, the ones that must be given: field -> what to give (for the error)
-    runs: Callable[["TrainDrafterConfig"], str]  # the model loaded to run while training: the target, or a base
-    trainee: Callable[["TrainDrafterConfig", "PreTrainedModel", list[list[int]]], Trainee]  # (cfg, model, training ids) -> a new seeded trainee
+    runs: Callable[[TrainDrafterConfig], str]  # the model loaded to run while training: the target, or a base
+    trainee: Callable[[TrainDrafterConfig, PreTrainedModel, list[list[int]]], Trainee]  # (cfg, model, training ids) -> a new seeded trainee
     save: Callable[[Trainee, Path], None]  # writes the trainee as a folder of this kind
 
 
@@ -88,7 +89,7 @@ class DrafterKind:
     doc: str  # one line for --help: what this kind of drafter is
     marker: str  # the file whose presence marks a folder of this kind; no two kinds share one
     files: str  # what a folder of this kind holds, named in errors
-    load: Callable[[Path, "Target", str], Drafter]  # (folder, target, quantization scheme) -> the drafter, checked against the target; its network is `.model`
+    load: Callable[[Path, Target, str], Drafter]  # (folder, target, quantization scheme) -> the drafter, checked against the target; its network is `.model`
     training: KindTraining
 
     def __post_init__(self):

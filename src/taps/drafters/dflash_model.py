@@ -13,8 +13,8 @@ unchanged (taps.drafters.dflash reads and writes the folders).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -86,7 +86,7 @@ class DFlashConfig:
     @classmethod
     def for_target(cls, target_config, mask_token_id: int, num_hidden_layers: int = 1,
                    target_layer_ids: Sequence[int] | None = None, block_size: int = 16,
-                   draft_vocab_ids: Sequence[int] | None = None) -> "DFlashConfig":
+                   draft_vocab_ids: Sequence[int] | None = None) -> DFlashConfig:
         """A drafter shaped like the target (docs/method.md section 2: the target's family style)."""
         c = target_config
         heads = c.num_attention_heads

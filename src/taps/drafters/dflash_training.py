@@ -13,8 +13,9 @@ Only the drafter's layers, `fc` and norms train; the target's embeddings and LM 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +61,7 @@ class TargetPass:
 
 
 @torch.no_grad()
-def target_pass(model: "PreTrainedModel", ids: Sequence[int], layer_ids: Sequence[int], soft_top_k: int = 0) -> TargetPass:
+def target_pass(model: PreTrainedModel, ids: Sequence[int], layer_ids: Sequence[int], soft_top_k: int = 0) -> TargetPass:
     """One forward of the frozen target over the whole sequence (features as taps.target reads them)."""
     ids_t = torch.tensor(list(ids))
     out = model.base_model(input_ids=ids_t[None], output_hidden_states=True, use_cache=False)
@@ -76,7 +77,7 @@ def target_pass(model: "PreTrainedModel", ids: Sequence[int], layer_ids: Sequenc
 class BlockObjective:
     """The drafter's blocks over one sequence: logits in one pass, then the weighted loss."""
 
-    def __init__(self, drafter: DFlashDrafterModel, target: "PreTrainedModel", gamma: float, soft_label_weight: float = 0.0):
+    def __init__(self, drafter: DFlashDrafterModel, target: PreTrainedModel, gamma: float, soft_label_weight: float = 0.0):
         cfg = drafter.config
         self.drafter, self.cfg = drafter, cfg
         self.embed = target.get_input_embeddings()
@@ -131,7 +132,7 @@ class DFlashTrainee:
     """A new DFlash model over the frozen target's features (the Trainee of kind "dflash");
     `train` is the training sequences' ids, which choose a draft vocabulary when one is asked for."""
 
-    def __init__(self, cfg: "TrainDrafterConfig", target_model: "PreTrainedModel", train: list[list[int]]):
+    def __init__(self, cfg: TrainDrafterConfig, target_model: PreTrainedModel, train: list[list[int]]):
         vocab_size = target_model.get_output_embeddings().weight.shape[0]
         vocab = None if cfg.draft_vocab_size is None else draft_vocabulary(train, min(cfg.draft_vocab_size, vocab_size), vocab_size)
         self.spec = DFlashConfig.for_target(target_model.config, cfg.mask_token_id, cfg.num_hidden_layers,

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
@@ -62,13 +63,13 @@ class GrownConfig:
             raise ValueError(f"mask_token_id must be a token id, got {self.mask_token_id}")
 
 
-def check_mask_token(cfg: GrownConfig, model: "PreTrainedModel", source: str = "the drafter") -> None:
+def check_mask_token(cfg: GrownConfig, model: PreTrainedModel, source: str = "the drafter") -> None:
     rows = model.get_input_embeddings().weight.shape[0]
     if cfg.mask_token_id >= rows:
         raise ValueError(f"{source} has mask_token_id={cfg.mask_token_id}, not a row of the base's {rows}-row embedding table")
 
 
-def add_adapters(model: "PreTrainedModel", cfg: GrownConfig):
+def add_adapters(model: PreTrainedModel, cfg: GrownConfig):
     """The base wrapped by peft: LoRA on every linear layer of the decoder and a trainable mask row."""
     from peft import LoraConfig, get_peft_model
 
@@ -161,7 +162,7 @@ class GrownDrafter:
 
     def __init__(
         self,
-        model: "PreTrainedModel",
+        model: PreTrainedModel,
         cfg: GrownConfig,
         target: Target,
         source: str = "the drafter",
@@ -279,7 +280,7 @@ def load_grown(folder: str | os.PathLike, target: Target, dtype: torch.dtype | N
 class GrownTrainee:
     """A pretrained base with LoRA adapters and a trainable mask row (the Trainee of kind "grown")."""
 
-    def __init__(self, cfg: "TrainDrafterConfig", base_model: "PreTrainedModel", train: list[list[int]]):
+    def __init__(self, cfg: TrainDrafterConfig, base_model: PreTrainedModel, train: list[list[int]]):
         info = _target_info(cfg.target)
         rows = base_model.get_output_embeddings().weight.shape[0]
         if rows > info.vocab_size:

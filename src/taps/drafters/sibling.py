@@ -20,8 +20,8 @@ The oracle test drafter (taps.drafters.testing) is this drafter run on the targe
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel

@@ -6,8 +6,8 @@ They read no target features and have no weights of their own (nothing to quanti
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 

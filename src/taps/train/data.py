@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from taps.records import RecordFile, read_settings
 from taps.train.overlap import check_no_eval_overlap
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-def chat_ids(tokenizer: "PreTrainedTokenizerBase", prompt: str) -> list[int]:
+def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
     """The prompt as a user turn through the chat template, ready for the answer."""
     return list(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                               tokenize=True, return_dict=False))
@@ -39,7 +40,7 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return ids
 
 
-def generate_batch(model: "PreTrainedModel", batch: Sequence[Sequence[int]], pad_id: int, eos_ids: set[int],
+def generate_batch(model: PreTrainedModel, batch: Sequence[Sequence[int]], pad_id: int, eos_ids: set[int],
                    max_new_tokens: int) -> list[list[int]]:
     """Greedy responses to a batch of prompt ids, left-padded into one `generate` call. Each
     response is cut after its first eos (kept: the drafter learns where answers end), so no
@@ -72,7 +73,7 @@ class GenDataResult:
 
 def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int, max_new_tokens: int = 256,
                   batch_size: int = 8, dtype: str = "float32", seed: int = 0, progress: bool = True, *,
-                  model: "PreTrainedModel | None" = None, tokenizer: "PreTrainedTokenizerBase | None" = None,
+                  model: PreTrainedModel | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
                   check_overlap: bool = True, mix: dict[str, float] | None = None) -> GenDataResult:
     """Self-distillation data: the target's greedy answers to the first n_prompts training prompts,
     appended to the records file out_path (taps.records) as {"prompt_index", "source", "prompt",
@@ -150,7 +151,7 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
 # ---------------------------------------------------------------------------------------------
 
 
-def stdlib_text_sequences(tokenizer: "PreTrainedTokenizerBase", n_tokens: int, seq_len: int,
+def stdlib_text_sequences(tokenizer: PreTrainedTokenizerBase, n_tokens: int, seq_len: int,
                           seed: int = 0) -> list[list[int]]:
     """Raw standard-library source, tokenized (files in a seeded order, each followed by eos),
     cut into sequences of seq_len tokens until n_tokens are collected (the last may be shorter)."""
@@ -172,7 +173,7 @@ def stdlib_text_sequences(tokenizer: "PreTrainedTokenizerBase", n_tokens: int, s
     return [stream[i : i + seq_len] for i in range(0, len(stream), seq_len) if len(stream[i : i + seq_len]) >= 2]
 
 
-def append_text_sequences(out_path: str | os.PathLike, tokenizer: "PreTrainedTokenizerBase", n_tokens: int,
+def append_text_sequences(out_path: str | os.PathLike, tokenizer: PreTrainedTokenizerBase, n_tokens: int,
                           seq_len: int, seed: int = 0) -> int:
     """Add stdlib text records {"text_index", "source": "stdlib-text", "ids"} to a data file made
     by `generate_data` (whose settings it keeps), once: records already there are kept and only

@@ -259,7 +259,7 @@ class TrainResult:
     total_steps: int  # steps of the whole schedule; step < total_steps means rerun to resume
 
 
-def train_drafter(cfg: TrainDrafterConfig, model: "PreTrainedModel | None" = None) -> TrainResult:
+def train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None = None) -> TrainResult:
     """Train (or resume training) a drafter for `cfg.target` on `cfg.data` into `cfg.out`.
 
     `model` replaces loading the model that runs (the kind says which: the frozen target for

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from taps.datasets import GSM_SYMBOLIC_SEED, SPEC_BENCH_FILE, load_prompts
 from taps.train.stdlib import MIN_PARAGRAPH_CHARS, normalize_space

@@ -38,8 +38,8 @@ every m > n. That is what makes `generate_data` resumable with a larger n.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from taps.datasets import GSM_SYMBOLIC_SEED
 from taps.train import overlap

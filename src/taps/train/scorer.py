@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -184,7 +185,7 @@ def split_prompts(n: int, n_held_out: int, seed: int) -> tuple[list[int], list[i
 
 def train_scorer(
     cfg: TrainScorerConfig, *, prompts: Sequence[str | Sequence[int]] | None = None,
-    target: "Target | None" = None, drafter: "Drafter | None" = None,
+    target: Target | None = None, drafter: Drafter | None = None,
 ) -> TrainScorerResult:
     """Record traces (once; reused when present), train an EdgeScorer, save it to out/scorer.
 

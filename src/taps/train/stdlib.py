@@ -88,7 +88,7 @@ def usable_paragraph(paragraph: str) -> bool:
 def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> str:
     args = node.args
     if drop_first and args.posonlyargs + args.args and (args.posonlyargs + args.args)[0].arg in ("self", "cls"):
-        args = ast.arguments(**{**{f: getattr(args, f) for f in args._fields}})
+        args = ast.arguments(**{f: getattr(args, f) for f in args._fields})
         if args.posonlyargs:
             args.posonlyargs = args.posonlyargs[1:]
         else:
@@ -111,7 +111,7 @@ def _definition(module: str, lines: list[str], node, qualname: str, kind: str, s
     return Definition(module, qualname, kind, signature, paragraph, inspect.cleandoc(doc), source)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scan_module(path: Path) -> ModuleInfo | None:
     """A stdlib file's docstring and its public documented definitions (None if unreadable)."""
     try:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import safe_open
@@ -86,14 +87,14 @@ class _PoolRecorder:
         self.cfg, self.trace = cfg, trace
         self.pool: CandidatePool | None = None
 
-    def select(self, proposal: "Proposal", budget: int) -> "Tree":
+    def select(self, proposal: Proposal, budget: int) -> Tree:
         from taps.policies import build_pool
         from taps.tree import Tree
 
         self.pool = build_pool(proposal.marginals, proposal.root, self.cfg.k, self.cfg.pool_size, proposal.paths)
         return Tree(self.pool.tokens, self.pool.parents, self.pool.depths)  # the whole pool is the round's tree
 
-    def on_round(self, r: "Round") -> None:
+    def on_round(self, r: Round) -> None:
         if r.proposal is not None:
             pool, entropy = self.pool, depth_entropy(r.proposal.marginals)
             labels = pool_labels(pool, r.logits, r.verdict, self.cfg.sampling)
@@ -104,7 +105,7 @@ class _PoolRecorder:
 
 
 def record_trace(
-    target: "Target", drafter: "Drafter", prompt_ids: Sequence[int], cfg: TrainScorerConfig,
+    target: Target, drafter: Drafter, prompt_ids: Sequence[int], cfg: TrainScorerConfig,
     generator_seed: int = 0, stop_ids: Sequence[int] | None = None,
 ) -> Trace:
     """Decode `prompt_ids` verifying each round's whole candidate pool; label every pool edge.
@@ -183,7 +184,7 @@ def _check_settings(folder: Path, settings: dict) -> None:
 
 def record_traces(
     cfg: TrainScorerConfig, prompts: Sequence[str | Sequence[int]] | None = None,
-    target: "Target | None" = None, drafter: "Drafter | None" = None,
+    target: Target | None = None, drafter: Drafter | None = None,
 ) -> list[Trace]:
     """The traces of every prompt, recorded into out/traces/ where missing, else read back.
 
