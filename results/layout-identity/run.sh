@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/layout-identity
-.venv/bin/taps bench --target smollm2-135m --dtype float32 --datasets humaneval,mt-bench --turns 1 --limit 3 \
+.venv/bin/taps bench --target smollm2-135m --dtype float32 --datasets humaneval,mt-bench --turns 1 --limit 1 \
     --max-new-tokens 64 --budgets 8 \
     --methods ar,chain,ddtree,cost-aware,taps,taps+copy,taps+no-lookup,taps+no-scorer,taps+fixed,ddtree+copy \
     --out $OUT/results.jsonl
