@@ -20,7 +20,8 @@ def model(request):
 
 def hf_greedy(model, prompt, n, eos=None):
     out = model.generate(
-        torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        torch.tensor([prompt], device=model.device),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=model.device),
         do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0,
     )
     return out[0, len(prompt):].tolist()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from taps.linear import use_linear
+
+DEVICE = os.environ.get("TAPS_TEST_DEVICE", "cpu")
 
 FAMILIES = {
     "llama": LlamaConfig,
@@ -34,7 +38,8 @@ def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positi
     # random init is nearly uniform; sharper logits make greedy paths and acceptance meaningful
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
-    return use_linear(model.eval())  # the backend users get from taps.assets.load_model
+    # TAPS_TEST_DEVICE (scripts/check_device.sh): the same tests on an accelerator; CPU by default
+    return use_linear(model.eval()).to(DEVICE)  # the backend users get from taps.assets.load_model
 
 
 def greedy_sequences(model, n: int = 10, new_tokens: int = 36) -> list[list[int]]:

@@ -61,7 +61,8 @@ class NoisyDrafter(OracleDrafter):
 
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
         logp = torch.log_softmax(self.path_logits(ids), dim=-1)
-        return torch.softmax(logp + self.noise * torch.randn(logp.shape, generator=self.gen), dim=-1)
+        noise = torch.randn(logp.shape, generator=self.gen).to(logp.device)  # CPU draws: the same on every device
+        return torch.softmax(logp + self.noise * noise, dim=-1)
 
 
 @dataclass(frozen=True)
