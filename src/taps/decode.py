@@ -218,18 +218,19 @@ def generate(
     scorer=None,
     select: Selector | None = None,
     on_round: Callable[[Round], None] | None = None,
+    reuse_prefix: bool = False,
 ) -> GenerationResult:
     """Decode `prompt_ids` with `cfg.method` (taps.methods) and return the result. `profile` is the
     latency profile cost-aware, taps and copy rounds decide by, `scorer` taps' edge scorer;
     `select` replaces the method's tree selection (e.g. a recorder that verifies whole pools);
-    `on_round` sees every round."""
+    `on_round` sees every round; `reuse_prefix`: keep what the target's cache holds of the prompt."""
     proposer, method_select = Method.parse(cfg.method).build(drafter, profile, scorer, cfg.rollout)
     if drafter is not None:
         check_drafter(target, drafter)
     stats = Stats()
     new: list[int] = []
     t_start = time.perf_counter()
-    for r in rounds(target, prompt_ids, cfg, proposer, select or method_select, stats):
+    for r in rounds(target, prompt_ids, cfg, proposer, select or method_select, stats, reuse_prefix):
         new += r.committed
         if on_round is not None:
             on_round(r)

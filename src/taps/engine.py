@@ -28,7 +28,7 @@ import torch
 from transformers import PreTrainedModel
 
 from taps.costmodel import LatencyProfile, default_profile, saved_profile
-from taps.decode import DecodeConfig, GenerationResult, Round, Stats, check_drafter, rounds
+from taps.decode import DecodeConfig, GenerationResult, Round, Stats, check_drafter, generate, rounds
 from taps.drafters import TEST_DRAFTERS, Drafter, load_drafter, shipped_drafter, shipped_scorer
 from taps.drafters.sibling import load_sibling
 from taps.methods import Method
@@ -207,7 +207,7 @@ class Speculator:
         `last_result` holds the GenerationResult."""
         cfg = self.config(method=method, budget=budget, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_p=top_p, top_k=top_k, seed=seed)
-        return self._run(self.encode(prompt, chat), cfg, tuple(stop or ()), on_round, text=True)
+        return self._run(self.encode(prompt, chat), cfg, tuple(stop or ()), on_round)
 
     def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, method: str | None = None,
@@ -228,39 +228,40 @@ class Speculator:
                     inner(r)
 
             on_round = feed
-        for _ in self._run(ids, cfg, tuple(stop or ()), on_round, text=bool(stop)):
-            pass
+        if stop:  # stop strings are found in the text, which only the streaming path decodes per round
+            for _ in self._run(ids, cfg, tuple(stop), on_round):
+                pass
+        else:
+            self.last_result = generate(self.target, ids, cfg, self.drafter, profile=self.profile, scorer=self.scorer,
+                                        on_round=on_round, reuse_prefix=self.reuse_prefix)
         if streamer is not None:
             streamer.end()
         return self.last_result
 
     def _run(self, ids: list[int], cfg: DecodeConfig, stop: tuple[str, ...],
-             on_round: Callable[[Round], None] | None, text: bool) -> Iterator[str]:
-        """The loop (taps.decode.rounds) with text: pieces are decoded only when `text` is asked,
-        so plain generation pays no detokenization per round."""
+             on_round: Callable[[Round], None] | None) -> Iterator[str]:
+        """The loop (taps.decode.rounds) with text decoded as rounds commit: pieces to yield and stop
+        strings to find. Plain generation (taps.decode.generate) pays no detokenization per round."""
         proposer, select = Method.parse(cfg.method).build(self.drafter, self.profile, self.scorer, cfg.rollout)
         stats, new = Stats(), []
-        detok = TextStream(self.tokenizer, stop) if text else None
+        detok = TextStream(self.tokenizer, stop)
         t_start = time.perf_counter()
         try:
             for r in rounds(self.target, ids, cfg, proposer, select, stats, self.reuse_prefix):
                 new += r.committed
                 if on_round is not None:
                     on_round(r)
-                if detok is not None:
-                    piece = detok.push(r.committed)
-                    if piece:
-                        yield piece
-                    if detok.stopped:
-                        stats.finish_reason = "stop"
-                        break
-            if detok is not None and (rest := detok.flush()):
+                piece = detok.push(r.committed)
+                if piece:
+                    yield piece
+                if detok.stopped:
+                    stats.finish_reason = "stop"
+                    break
+            if rest := detok.flush():
                 yield rest
         finally:
             stats.seconds = time.perf_counter() - t_start
-            if detok is not None and detok.stopped:
+            if detok.stopped:
                 new = new[: detok.stop_tokens]
-            text_out = detok.text if detok is not None else (
-                self.tokenizer.decode(new, skip_special_tokens=True) if self.tokenizer is not None else "")
             stats.new_tokens = len(new)
-            self.last_result = GenerationResult(new, text_out, cfg.method, stats, stats.finish_reason, len(ids))
+            self.last_result = GenerationResult(new, detok.text, cfg.method, stats, stats.finish_reason, len(ids))
