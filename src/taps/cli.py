@@ -14,8 +14,10 @@ def _models(args) -> int:
 
     if args.action == "list":
         for name, spec in assets.MODELS.items():
-            state = "fetched" if assets.is_fetched(name) else "not fetched"
+            state = assets.cache_state(name)
             print(f"{name:22s} {state:12s} {spec.description}")
+            if state == "damaged":
+                print(f"{'':22s} a weights file is damaged: `taps models fetch {name}` converts it again")
         return 0
     if args.name is None:
         raise SystemExit(f"taps models {args.action}: name a model ({', '.join(assets.MODELS)})")

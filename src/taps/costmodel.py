@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from taps.files import read_json
 from taps.linear import linear_backend, linear_in_use
 from taps.quantize import quantized_layers
 from taps.tree import Tree
@@ -188,7 +189,7 @@ class LatencyProfile:
     def load(path: str | Path) -> LatencyProfile:
         """The profile saved at `path`; warns when it was measured on another CPU than this one
         (its tree sizes would fit that machine: measure this one with `taps profile`)."""
-        profile = LatencyProfile.from_dict(json.loads(Path(path).read_text()))
+        profile = LatencyProfile.from_dict(read_json(path, "fix it or measure again with `taps profile`"))
         here = cpu_name()
         if profile.info.cpu != here:
             warnings.warn(f"the latency profile {path} was measured on {profile.info.cpu!r}, this CPU is {here!r}: "

@@ -84,6 +84,7 @@ def load(
     verbose: show transformers' progress bars while loading (quiet by default).
     """
     from taps.assets import DTYPES, MODELS, load_model, packaged_name
+    from taps.files import check_weights, read_json
     from taps.hub import hub_snapshot, is_hub_id
     from taps.quantize import check_scheme
 
@@ -104,6 +105,11 @@ def load(
             raise ValueError(f"unknown drafter {drafter!r}: not a folder, not a hub id (owner/name), not a packaged "
                              f"model or test drafter ({', '.join(known)})")
         drafter = hub_snapshot(drafter)  # a DFlash checkpoint on the hub loads unchanged
+    for folder, what in ((drafter, "drafter"), (scorer, "scorer")):  # damaged weights are said before loading
+        if isinstance(folder, (str, Path)) and Path(folder).expanduser().is_dir():
+            check_weights(Path(folder).expanduser(), f"copy, download or train the {what} again")
+    if isinstance(profile, (str, Path)):
+        read_json(profile, "fix it or measure again with `taps profile`")
     if flush_denormal:
         torch.set_flush_denormal(True)
     if isinstance(target, str):

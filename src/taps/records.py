@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from taps.files import make_folder
+
 HEADER_KEY = "settings"  # the first line of a pinned file: {"settings": {...}} and nothing else
 
 
@@ -130,8 +132,8 @@ class RecordFile:
         The file is created here, so an unwritable location fails now, not after a long run."""
         path = Path(path)
         settings = json.loads(json.dumps(settings))  # as the file will hold them: tuples become lists
+        make_folder(path.parent, f"records to {path}", remedy)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
             found = _contents(path, required)
             with open(path, "ab"):  # create it, or prove it writable
                 pass

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from taps.files import make_folder
 from taps.records import group_label, is_peer
 from taps.summary import distinct, median_speed_ratio, paired, summarize
 
@@ -322,11 +323,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         raise ValueError("no benchmark records to report")
     from taps.report_plots import plots  # the plotting stack loads only here
 
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"cannot write the report to {out_dir}: {err.strerror or err}; choose another --out") from None
+    out_dir = make_folder(out_dir, f"the report to {out_dir}", "choose another --out")
 
     figures = []
     for name, (caption, draw) in plots(records).items():

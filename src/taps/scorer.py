@@ -30,6 +30,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from taps.files import check_weights, read_json
+
 FORMAT = "taps-edge-scorer"
 VERSION = 1
 CONFIG_FILE = "scorer.json"  # marks a scorer folder; a drafter kind's marker is never this
@@ -214,7 +216,8 @@ class EdgeScorer(nn.Module):
     @staticmethod
     def load(folder: str | Path) -> EdgeScorer:
         folder = Path(folder)
-        meta = json.loads(scorer_config(folder).read_text())
+        meta = read_json(scorer_config(folder), "fix it or train the scorer again")
+        check_weights(folder, "copy or train the scorer again")
         if meta.pop("format", None) != FORMAT or meta.pop("version", None) != VERSION:
             raise ValueError(f"{folder} does not hold a {FORMAT} v{VERSION} checkpoint")
         sources, known = meta.pop("sources"), [s.name.lower() for s in Source]

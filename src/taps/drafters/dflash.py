@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file
 from taps.drafters.base import DrafterKind, KindTraining, TargetInfo, register
 from taps.drafters.dflash_model import DRAFT_VOCAB_KEY, ContextCache, DFlashConfig, DFlashDrafterModel
 from taps.drafters.dflash_training import DFlashTrainee
+from taps.files import check_weights, read_json
 from taps.linear import use_linear
 from taps.target import Target
 
@@ -235,7 +236,8 @@ def read_dflash(folder: str | os.PathLike) -> tuple[DFlashDrafterModel, dict]:
     source = str(folder)
     if not (folder / CONFIG_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
         raise ValueError(f"{source} is not a DFlash drafter folder: it needs {CONFIG_FILE} and {WEIGHTS_FILE}")
-    raw = json.loads((folder / CONFIG_FILE).read_text())
+    raw = read_json(folder / CONFIG_FILE, "fix it or copy the drafter again")
+    check_weights(folder, "copy or download the drafter again")
     state = load_file(folder / WEIGHTS_FILE)
     vocab = state.get(DRAFT_VOCAB_KEY)
     expected = (raw.get("dflash_config") or {}).get("draft_vocab_size")

@@ -34,6 +34,7 @@ from transformers import DynamicCache
 
 from taps.drafters.base import DrafterKind, KindTraining, TargetInfo, register
 from taps.drafters.objective import BlockLoss, slot_loss, slot_weights
+from taps.files import check_weights, read_json
 from taps.quantize import load_dtype
 from taps.target import Target
 
@@ -148,7 +149,8 @@ def read_grown(folder: str | os.PathLike) -> tuple[GrownConfig, dict]:
     path = Path(folder) / GROWN_FILE
     if not path.is_file():
         raise ValueError(f"{folder} is not a grown drafter folder: it has no {GROWN_FILE}")
-    raw = json.loads(path.read_text())
+    raw = read_json(path, "fix it or copy the drafter again")
+    check_weights(folder, "copy or train the drafter again")
     try:
         return GrownConfig(**raw["grown"]), raw["taps"]
     except (KeyError, TypeError) as e:

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from taps.assets import DTYPES
 from taps.drafters import KINDS
 from taps.drafters.base import Trainee
+from taps.files import output_folder
 from taps.records import is_header
 
 if TYPE_CHECKING:
@@ -264,10 +265,14 @@ def train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None = None)
 
     `model` replaces loading the model that runs (the kind says which: the frozen target for
     "dflash", the base to grow for "grown"); for tests and notebooks. It is cast to cfg.dtype in place.
+    A run refused before it wrote anything (a bad mask token, say) leaves no empty `cfg.out`.
     """
+    with output_folder(cfg.out, f"the training run to {cfg.out}", "choose another --out") as out:
+        return _train_drafter(cfg, model, out)
+
+
+def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: Path) -> TrainResult:
     torch.set_flush_denormal(True)  # denormals run through slow microcode on x86 CPUs
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     dtype = DTYPES[cfg.dtype]
     training = KINDS[cfg.kind].training
     if model is None:

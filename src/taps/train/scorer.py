@@ -193,6 +193,10 @@ def train_scorer(
     The log is rewritten each run: it describes the scorer saved."""
     from tqdm import tqdm
 
+    n_prompts = cfg.prompts if prompts is None else len(prompts)
+    if cfg.eval_prompts >= n_prompts:  # said now, not after recording the traces (minutes)
+        raise ValueError(f"--eval-prompts {cfg.eval_prompts} holds out all {n_prompts} prompts: nothing to train "
+                         "on; pass fewer --eval-prompts or more --prompts")
     traces = record_traces(cfg, prompts, target, drafter)
     train_idx, eval_idx = split_prompts(len(traces), cfg.eval_prompts, cfg.seed)
     train = [ex for i in train_idx for ex in traces[i].examples]

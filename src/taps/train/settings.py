@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from taps.files import read_json
 
 
 def check_pinned(meta_path: Path, settings: dict, what: str, remedy: str) -> None:
@@ -12,7 +13,7 @@ def check_pinned(meta_path: Path, settings: dict, what: str, remedy: str) -> Non
     `what` names the existing output ("FILE was generated"), `remedy` says what to do instead."""
     if not meta_path.exists():
         return
-    old = json.loads(meta_path.read_text())
+    old = read_json(meta_path, "delete it to start the job afresh")
     changed = sorted(k for k in settings if old.get(k) != settings[k])
     if changed:
         raise ValueError(f"{what} with other settings ({', '.join(changed)} differ: "
