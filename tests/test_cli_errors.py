@@ -4,6 +4,10 @@ file and folder cases use tiny models (one loads SmolLM2, to refuse after loadin
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +139,20 @@ def test_train_drafter_refused_after_loading_leaves_no_out_folder(tmp_path, caps
     err = one_line_error(["train-drafter", "--target", "smollm2-135m", "--data", str(data), "--out", str(out),
                           "--mask-token-id", "10000000", "--no-progress"], capsys)
     assert "mask" in err and not out.exists()
+
+
+@pytest.mark.parametrize("when", ["loading", "decoding"])
+def test_ctrl_c_is_one_line_and_status_130(when):
+    """Item 8: Ctrl-C (SIGINT) while the command starts up, or mid-generation, ends with one line
+    and the shell's conventional status 130, not a traceback."""
+    argv = [str(Path(sys.executable).parent / "taps"), "generate",  # the console script users run "--target", "smollm2-135m", "--method", "ar", "--stream",
+            "--max-new-tokens", "2000", "--prompt", "Count from one to one thousand in words."]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        if when == "loading":
+            time.sleep(1.0)  # importing torch and transformers
+        else:
+            proc.stdout.read(1)  # the first streamed text: decoding has begun
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.decode().strip().splitlines()[-1] == "taps: interrupted", err.decode()
+    assert b"Traceback" not in err

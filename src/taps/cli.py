@@ -330,8 +330,8 @@ def _check_text(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = (_report_parser() if argv[:1] == ["report"] else build_parser()).parse_args(argv)
-    try:
+    try:  # the parser too: building it imports torch, seconds in which Ctrl-C is likely
+        args = (_report_parser() if argv[:1] == ["report"] else build_parser()).parse_args(argv)
         _check_text(args)
         return args.func(args)
     except (ValueError, OSError, *_asset_errors()) as err:  # our own clear errors: print them, not a traceback
