@@ -29,6 +29,7 @@ from taps.methods import Method
 from taps.quantize import check_scheme, load_dtype, quantize_linears
 from taps.records import KEY_FIELDS, RecordFile, Run, bench_record, record_key
 from taps.rounds import Rollout
+from taps.weightonly import check_target_quant
 
 
 def parse_entry(entry: str) -> tuple[str, int | None]:
@@ -72,6 +73,7 @@ class BenchConfig:
     rollout_reach: float = Rollout.reach  # methods with +rollout: stop when the path's probability falls under it
     device: str | None = None  # where the models run (None: cpu)
     linear: str | None = None  # CPU linear kernel (taps.linear; None: $TAPS_LINEAR, else onednn)
+    target_quant: str = "none"  # the target's weights in int8/int4 (taps.weightonly); every method runs that model
 
     @property
     def drafter_name(self) -> str | None:
@@ -113,6 +115,7 @@ class BenchConfig:
         if self.turns is not None and self.turns < 1:
             raise ValueError("turns must be >= 1")
         check_scheme(self.drafter_quant)
+        check_target_quant(self.target_quant, self.device)
         Rollout(self.rollout_steps, self.rollout_reach)
 
 
@@ -126,7 +129,7 @@ class Session:
         self.spec: Speculator = load(
             cfg.target, cfg.drafter_name if speculative else None, method=speculative[0] if speculative else "ar",
             dtype=cfg.dtype, device=cfg.device, profile=cfg.profile, scorer=cfg.scorer_dir or False,
-            drafter_quant=cfg.drafter_quant, linear=cfg.linear, block_len=cfg.block_len,
+            drafter_quant=cfg.drafter_quant, target_quant=cfg.target_quant, linear=cfg.linear, block_len=cfg.block_len,
             rollout=Rollout(cfg.rollout_steps, cfg.rollout_reach), reuse_prefix=False,
         )
         self.target = self.spec.target
@@ -217,6 +220,7 @@ def environment(cfg: BenchConfig) -> dict:
         "dtype": cfg.dtype,
         "linear": linear_in_use(cfg.dtype, cfg.linear),
         "drafter_quant": cfg.drafter_quant,
+        "target_quant": cfg.target_quant,
         "scorer": cfg.scorer_dir,
         "seed": cfg.seed,
         "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
@@ -236,6 +240,8 @@ def file_settings(cfg: BenchConfig) -> dict:
     pinned = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in SELECTION_FIELDS}
     pinned.update(scorer=cfg.scorer_dir, spec_bench=spec_bench_digest(cfg.spec_bench))
     pinned.update(drafter=cfg.drafter_name)
+    if cfg.target_quant == "none":  # files written before quantized targets existed stay resumable
+        del pinned["target_quant"]
     return {**pinned, "cpu": cpu_name(), "linear": linear_in_use(cfg.dtype, cfg.linear)}
 
 

@@ -59,8 +59,8 @@ def _load(args, method: str):
     return taps.load(
         args.target, args.drafter, method=method, budget=getattr(args, "budget", None), dtype=args.dtype,
         device=args.device, profile=args.profile, scorer=False if args.scorer == "none" else args.scorer,
-        drafter_quant=args.drafter_quant, linear=args.linear, block_len=args.block_len,
-        rollout=Rollout(args.rollout_steps, args.rollout_reach), verbose=args.verbose,
+        drafter_quant=args.drafter_quant, target_quant=args.target_quant, linear=args.linear,
+        block_len=args.block_len, rollout=Rollout(args.rollout_steps, args.rollout_reach), verbose=args.verbose,
     )
 
 
@@ -115,7 +115,7 @@ def _bench(args) -> int:
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
         profile=args.profile, scorer=args.scorer, turns=args.turns, drafter_quant=args.drafter_quant,
         rollout_steps=args.rollout_steps, rollout_reach=args.rollout_reach, device=args.device, linear=args.linear,
-        assistant=args.assistant,
+        assistant=args.assistant, target_quant=args.target_quant,
     )
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
@@ -167,6 +167,9 @@ def _add_load_options(p, drafter_help: str) -> None:
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
                           "any target dtype; CPU only): faster drafts, the same output (none)")
+    p.add_argument("--target-quant", choices=["none", "int8", "int4"], default="none",
+                   help="the target's weights in int8 or int4 (PyTorch's CPU kernels; CPU only): faster rounds; "
+                        "the output is that quantized model's own (none)")
     p.add_argument("--rollout-steps", type=bounded(int, 0, MAX_BUDGET), default=64,
                    help="methods with +rollout: most greedy drafter steps after the block pass, at most budget - 1 (64)")
     p.add_argument("--rollout-reach", type=bounded(float, 0.0, 1.0), default=0.2,
@@ -180,7 +183,8 @@ def _profile(args) -> int:
 
     spec = _load(args, "chain")  # loads the target and its drafter; the profile times both
     profile = measure_profile(spec.target, spec.drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
-    out = Path(args.out) if args.out else profile_path(args.target, args.dtype, args.linear, args.drafter_quant)
+    out = Path(args.out) if args.out else profile_path(args.target, args.dtype, args.linear, args.drafter_quant,
+                                                       args.target_quant)
     out.parent.mkdir(parents=True, exist_ok=True)
     profile.save(out)
     info = profile.info

@@ -37,6 +37,7 @@ from taps.files import read_json
 from taps.linear import linear_backend, linear_in_use
 from taps.quantize import quantized_layers
 from taps.tree import Tree
+from taps.weightonly import target_quant_of
 
 if TYPE_CHECKING:  # only the interface is used: this module sits below the target adapter
     from taps.target import Target
@@ -61,6 +62,7 @@ class ProfileInfo:
     note: str = ""  # free text: provenance, what was not measured
     linear: str = "torch"  # kernel of the float32 linear layers (taps.linear); it changes t_verify(n)
     drafter_quant: str = "none"  # precision of the timed drafter's linear layers (taps.quantize); it changes t_draft
+    target_quant: str = "none"  # precision of the timed target's weights (taps.weightonly); it changes t_verify(n)
 
 
 @dataclass(frozen=True)
@@ -325,6 +327,7 @@ def measure_profile(
         draft_by_context=tuple(draft_times),
         linear=linear_backend(target.model),
         drafter_quant="int8" if drafter is not None and quantized_layers(getattr(drafter, "model", None)) else "none",
+        target_quant=target_quant_of(target.model),
         note="measure_profile" + ("" if drafter is not None else ": no drafter given, t_draft = 0"),
     )
     return LatencyProfile(sizes, verify, statistics.fmean(draft_times) if draft_times else 0.0, info)
@@ -349,19 +352,22 @@ def _median_draft_seconds(target: Target, drafter, ids: list[int], features, rep
     return statistics.median(times)
 
 
-def profile_path(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none") -> Path:
+def profile_path(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none",
+                 target_quant: str = "none") -> Path:
     """Where `taps profile` saves the profile of a target, dtype, linear backend (default: the
-    one that dtype runs, `taps.linear.linear_in_use`) and drafter precision on this machine."""
+    one that dtype runs, `taps.linear.linear_in_use`), target and drafter precision on this machine."""
     from taps.assets import taps_home
 
     safe = target.strip("/").replace("/", "--")
+    kernel = linear_in_use(dtype, linear) if target_quant == "none" else target_quant
     quant = "" if drafter_quant == "none" else f"-draft-{drafter_quant}"
-    return taps_home() / "profiles" / f"{safe}-{dtype}-{linear_in_use(dtype, linear)}{quant}.json"
+    return taps_home() / "profiles" / f"{safe}-{dtype}-{kernel}{quant}.json"
 
 
-def saved_profile(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none") -> LatencyProfile | None:
-    """The profile `taps profile` measured for this target, dtype, linear backend and drafter
-    precision, or None."""
-    path = profile_path(target, dtype, linear, drafter_quant)
+def saved_profile(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none",
+                  target_quant: str = "none") -> LatencyProfile | None:
+    """The profile `taps profile` measured for this target, dtype, linear backend, target and
+    drafter precision, or None."""
+    path = profile_path(target, dtype, linear, drafter_quant, target_quant)
     return LatencyProfile.load(path) if path.is_file() else None
 

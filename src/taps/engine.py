@@ -54,6 +54,7 @@ def load(
     profile: LatencyProfile | str | None = None,
     scorer: Scorer | str | bool | None = None,
     drafter_quant: str = "none",
+    target_quant: str = "none",
     linear: str | None = None,
     block_len: int | None = None,
     rollout: Rollout = Rollout(),
@@ -76,6 +77,8 @@ def load(
         dtype and kernel, else the stated default, said at log level INFO). scorer: an edge scorer, its folder, False for
         plain marginals, None for the drafter's own (taps only).
     drafter_quant: "int8" runs a trained drafter's linear layers in int8 (CPU only).
+    target_quant: "int8" or "int4" keeps the target's weights in that precision (taps.weightonly, CPU
+        only); lossless then means equal to that quantized model's own output.
     linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
         else onednn where available). flush_denormal: flush denormal floats to zero, process-wide
         (8x faster float32 decoding on x86 here; pass False to leave torch's setting alone).
@@ -87,9 +90,11 @@ def load(
     from taps.files import check_weights, read_json
     from taps.hub import hub_snapshot, is_hub_id
     from taps.quantize import check_scheme
+    from taps.weightonly import check_target_quant, quantize_target
 
     parsed = Method.parse(method)
     check_scheme(drafter_quant)
+    check_target_quant(target_quant, device)
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if not parsed.needs_draft and drafter is not None:
@@ -126,6 +131,7 @@ def load(
         dtype = str(model.dtype).removeprefix("torch.")
     if drafter_quant != "none" and model.device.type != "cpu":
         raise ValueError(f"--drafter-quant {drafter_quant} runs on the CPU only; the target is on {model.device}")
+    model = quantize_target(model, target_quant)
     tgt = Target(model, tok)
     if not parsed.needs_draft:
         drafter = None
@@ -145,7 +151,7 @@ def load(
     if isinstance(profile, (str, Path)):
         profile = LatencyProfile.load(profile)
     elif profile is None and isinstance(target, str):
-        profile = saved_profile(name, dtype, linear, drafter_quant=drafter_quant)
+        profile = saved_profile(name, dtype, linear, drafter_quant=drafter_quant, target_quant=target_quant)
     if profile is None:
         profile = default_profile()
         log.info("no latency profile measured for %s in %s on this machine: tree sizes use the stated default "

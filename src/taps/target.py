@@ -67,7 +67,7 @@ class Target:
     @property
     def vocab_size(self) -> int:
         """Rows of the output head (may exceed the tokenizer's vocabulary)."""
-        return self.model.get_output_embeddings().weight.shape[0]
+        return self.model.get_output_embeddings().out_features  # nn.Linear or a quantized one (taps.weightonly)
 
     @property
     def max_positions(self) -> int:

@@ -56,7 +56,7 @@ class TargetInfo:
 
     @classmethod
     def of(cls, model: PreTrainedModel, name: str) -> TargetInfo:
-        return cls(name, model.get_output_embeddings().weight.shape[0], model.config.hidden_size,
+        return cls(name, model.get_output_embeddings().out_features, model.config.hidden_size,
                    model.config.num_hidden_layers)
 
 

@@ -1,0 +1,127 @@
+"""A quantized target: its linear layers' weights in int8 or int4, multiplied by PyTorch's own CPU
+kernels (`--target-quant`, docs/method.md section 12).
+
+Why: on a CPU a target forward over one token or a small tree is bound by reading the weights,
+so the bytes per weight set the price of every round. int8 halves bfloat16's bytes, int4 quarters
+them; speculation then multiplies a cheaper round.
+
+Weight-only, activations untouched: each weight row is quantized once at load (int8: one scale
+per output channel, symmetric; int4: one scale and zero point per group of `group_size` input
+features, asymmetric), and the activations stay in the model's dtype. So each row of a verified
+tree is computed from its own activations alone, as in plain decoding, and lossless keeps its
+meaning (docs/method.md section 10) against the quantized model as the user serves it: every
+method's output is that model's own greedy output at T=0 and its own law at T>0. Dynamic
+activation quantization (taps.quantize, the drafter's int8) would not do for a target: a
+per-tensor activation scale depends on the other rows of the batch, so a tree's rows would not
+equal plain decoding's.
+
+Kernels: `torch._weight_int8pack_mm` (int8 weight [N, K], a scale per row N) and
+`torch._weight_int4pack_mm_for_cpu` (int4 weight packed by `torch._convert_weight_to_int4pack_for_cpu`,
+scales and zero points [K / group, N, 2]); both take float32 or bfloat16 activations, multiply
+without materialising a dequantized weight, and give each row the same result alone or batched
+(tests/test_weightonly.py checks it). torchao's CPU int4 weight-only layout calls the same int4
+kernel; taking the aten ops directly adds no dependency. Measured costs are in
+results/quantized-targets/.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+SCHEMES = ("none", "int8", "int4")  # --target-quant values
+GROUP_SIZE = 32  # int4: input features per scale and zero point (GGUF's Q4_K uses sub-blocks of 32 too)
+INT4_OUTPUT_TILE = 16  # int4: output features must come in multiples of this (torch's packing)
+_INT4_LEVELS = 15  # codes 0..15; the kernel reads code c as (c - 8) * scale + zero
+
+
+class WeightOnlyLinear(nn.Module):
+    """`nn.Linear`'s forward with the weight kept in int8 or int4 (see the module docstring)."""
+
+    def __init__(self, linear: nn.Linear, scheme: str, group_size: int = GROUP_SIZE):
+        super().__init__()
+        weight = linear.weight.detach().float()  # [N, K]
+        dtype = linear.weight.dtype
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.scheme, self.group_size = scheme, group_size
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        if scheme == "int8":
+            scale = weight.abs().amax(1).clamp(min=1e-12) / 127  # [N]
+            self.register_buffer("qweight", (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
+            self.register_buffer("scales", scale.to(dtype))  # [N]
+        elif scheme == "int4":
+            n, k = weight.shape
+            groups = weight.reshape(n, k // group_size, group_size)  # [N, K/g, g]
+            low, high = groups.amin(-1), groups.amax(-1)  # [N, K/g]
+            scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
+            codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, _INT4_LEVELS)
+            self.register_buffer("qweight", torch._convert_weight_to_int4pack_for_cpu(
+                codes.reshape(n, k).to(torch.int32), 1))  # packed two codes a byte
+            zero = low + 8 * scale  # so that (c - 8) * scale + zero = low + c * scale
+            self.register_buffer("scales", torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype))
+        else:
+            raise ValueError(f"unknown weight-only scheme {scheme!r}; choose int8 or int4")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)  # [R, K]
+        if rows.dtype != self.scales.dtype:
+            rows = rows.to(self.scales.dtype)
+        if self.scheme == "int8":
+            out = torch._weight_int8pack_mm(rows, self.qweight, self.scales)  # [R, N]
+        else:
+            out = torch._weight_int4pack_mm_for_cpu(rows, self.qweight, self.group_size, self.scales)  # [R, N]
+        out = out.reshape(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantized weight [N, K] (what the kernels multiply by), made anew on each access:
+        for the rare reader of a head's weight (a DFlash drafter shares the target's head), never
+        for a forward."""
+        out = WeightOnlyLinear.forward(self, torch.eye(self.in_features, dtype=self.scales.dtype))  # [K, N]
+        return (out if self.bias is None else out - self.bias).T.contiguous()
+
+    def extra_repr(self) -> str:
+        group = f", group_size={self.group_size}" if self.scheme == "int4" else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.scheme}{group}"
+
+
+def check_target_quant(scheme: str, device: str | torch.device | None = None) -> str:
+    """`scheme` if this machine can run it on `device`; else a ValueError that says why and what to do."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown target quantization {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    if scheme != "none" and torch.device(device or "cpu").type != "cpu":
+        raise ValueError(f"--target-quant {scheme} runs on PyTorch's CPU kernels; drop it on {device}")
+    op = {"int8": "_weight_int8pack_mm", "int4": "_weight_int4pack_mm_for_cpu"}.get(scheme)
+    if op is not None and not hasattr(torch.ops.aten, op):
+        raise ValueError(f"--target-quant {scheme} needs torch.ops.aten.{op}, missing from torch "
+                         f"{torch.__version__}; upgrade PyTorch or drop --target-quant")
+    return scheme
+
+
+def target_quant_of(model: nn.Module) -> str:
+    """The scheme `quantize_target` applied to `model` ("none" if it did not)."""
+    return next((m.scheme for m in model.modules() if isinstance(m, WeightOnlyLinear)), "none")
+
+
+def quantize_target(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE) -> nn.Module:
+    """`model` with every `nn.Linear` (the LM head included) replaced by a `WeightOnlyLinear` in
+    `scheme`, in place; "none" returns it untouched. Refused before any layer changes when a layer
+    cannot be quantized (int4: input features not a multiple of `group_size`)."""
+    check_target_quant(scheme, next(model.parameters()).device)
+    if scheme == "none":
+        return model
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if scheme == "int4":  # the kernel's layout: groups along the inputs, tiles of 16 outputs
+        odd = sorted({(m.in_features, m.out_features) for _, m in linears
+                      if m.in_features % group_size or m.out_features % INT4_OUTPUT_TILE})
+        if odd:
+            raise ValueError(f"--target-quant int4 needs layers with inputs a multiple of {group_size} and outputs a "
+                             f"multiple of {INT4_OUTPUT_TILE}; this model has (inputs, outputs) {odd}; use "
+                             "--target-quant int8")
+    for name, linear in linears:
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, WeightOnlyLinear(linear, scheme, group_size))
+    # tied input embeddings keep the float weight: only the head's copy is quantized
+    model.config.tie_word_embeddings = False
+    return model

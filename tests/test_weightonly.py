@@ -1,0 +1,130 @@
+"""A quantized target (taps.weightonly): the kernels' rows are independent, every method equals
+the quantized model's own greedy decoding, sampling follows its own law, and what cannot run is
+refused with a clear message."""
+
+import copy
+
+import pytest
+import torch
+
+from stats import chi_square_pvalue
+from taps.decode import DecodeConfig, generate
+from taps.drafters import TEST_DRAFTERS, load_drafter
+from taps.methods import every_method
+from taps.target import Target
+from taps.verify import SamplingConfig
+from taps.weightonly import WeightOnlyLinear, check_target_quant, quantize_target, target_quant_of
+from tiny import tiny_model
+
+PROMPT = [5, 17, 33, 2, 9, 41]
+SCHEMES = ["int8", "int4"]
+
+
+def quantized(scheme, family="llama", **kw):
+    return quantize_target(copy.deepcopy(tiny_model(family, **kw)), scheme)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_row_is_the_same_alone_or_in_a_tree_and_close_to_the_float_layer(scheme, dtype):
+    """What makes a quantized target verifiable: row i of a batched call equals the call on row i
+    alone, bit for bit (a tree's rows are plain decoding's rows), for every row count up to 64."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(128, 96, bias=True).to(dtype)
+    layer = WeightOnlyLinear(linear, scheme)
+    x = torch.randn(64, 128, dtype=dtype)
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(64)])  # [64, 96]
+    for rows in (2, 7, 16, 33, 64):
+        assert torch.equal(layer(x[:rows]), alone[:rows]), rows
+    # the kernels multiply by the dequantized weight that `.weight` shows; it is close to the float one
+    torch.testing.assert_close(layer(x).float(), (x.float() @ layer.weight.float().T + linear.bias.float()),
+                               rtol=0.02, atol=0.05)
+    error = (layer.weight.float() - linear.weight.float()).abs().max() / linear.weight.float().abs().max()
+    assert error < {"int8": 0.02, "int4": 0.1}[scheme]  # bfloat16 rounding adds ~0.4% to int8
+
+
+def hf_greedy(model, n):
+    out = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+                         do_sample=False, max_new_tokens=n, eos_token_id=None, pad_token_id=0)
+    return out[0, len(PROMPT):].tolist()
+
+
+@pytest.fixture(scope="module", params=SCHEMES)
+def model(request):
+    return quantized(request.param)
+
+
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("drafter", list(TEST_DRAFTERS))
+@pytest.mark.parametrize("method", [m for m in every_method() if "rollout" not in m])
+def test_every_method_equals_the_quantized_models_greedy_generate(model, drafter, method):
+    ref = hf_greedy(model, 40)
+    target = Target(model, feature_layers=(0, 2))
+    d = load_drafter(drafter, target, block_len=6) if method != "ar" else None
+    res = generate(target, PROMPT, DecodeConfig(method=method, budget=8, max_new_tokens=40, stop_ids=()), d)
+    assert res.token_ids == ref
+
+
+def test_the_negative_control_a_float_target_decodes_otherwise(model):
+    """The identity above is not vacuous: the same model in float differs from its int4/int8 self
+    somewhere in 40 tokens (else the quantization would not have been tested at all)."""
+    float_model = tiny_model("llama")
+    outputs = {tuple(hf_greedy(m, 40)) for m in (float_model, quantized("int8"), quantized("int4"))}
+    assert len(outputs) > 1
+
+
+@pytest.mark.slow  # 1,000 generations
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("method", ["ddtree", "taps"])
+def test_sampling_follows_the_quantized_models_own_law(method):
+    vocab, prompt = 8, [1, 4, 2]
+    model = quantized("int8", vocab=vocab, seed=3)  # int4 packs outputs in 16s: no 8-token head
+    sampling = SamplingConfig(1.0)
+    with torch.inference_mode():
+        first = sampling.probs(model(torch.tensor([prompt])).logits[0, -1:])[0]
+        law = {}
+        for a in range(vocab):
+            second = sampling.probs(model(torch.tensor([[*prompt, a]])).logits[0, -1:])[0]
+            law.update({(a, b): float(first[a] * second[b]) for b in range(vocab)})
+    target = Target(model)
+    drafter = load_drafter("noisy", target, block_len=3)
+    samples = [tuple(generate(target, prompt, DecodeConfig(method, budget=4, max_new_tokens=2, sampling=sampling,
+                                                           stop_ids=(), seed=seed), drafter).token_ids)
+               for seed in range(1000)]
+    assert chi_square_pvalue(samples, law) > 1e-3
+
+
+def test_what_cannot_run_is_refused_before_any_layer_changes():
+    model = tiny_model("llama", vocab=8)
+    with pytest.raises(ValueError, match=r"int4 needs layers with inputs a multiple of 32 and outputs a multiple of "
+                                         r"16; .*\(64, 8\).*use --target-quant int8"):
+        quantize_target(model, "int4")
+    assert target_quant_of(model) == "none"  # untouched
+    with pytest.raises(ValueError, match="runs on PyTorch's CPU kernels; drop it on cuda"):
+        check_target_quant("int8", "cuda")
+    with pytest.raises(ValueError, match="unknown target quantization 'int3'"):
+        check_target_quant("int3")
+    assert target_quant_of(quantize_target(model, "int8")) == "int8"
+
+
+@pytest.mark.slow  # SmolLM2 quantized twice, four methods each
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_smollm2_quantized_every_method_equals_its_own_greedy(smollm2, scheme):
+    import taps
+
+    model, tokenizer = smollm2
+    model = quantize_target(copy.deepcopy(model), scheme)
+    spec = taps.load(model, "noisy", tokenizer=tokenizer, method="chain")
+    ids = spec.encode("Write a Python function that checks whether a number is prime.")
+    out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)[0, len(ids):].tolist()
+    for method in ("ar", "chain", "ddtree", "taps"):
+        assert spec.generate(ids, method=method, max_new_tokens=48).token_ids == out, method
+
+
+def test_the_cli_refuses_a_quantized_target_on_an_accelerator(capsys):
+    from taps.cli import main
+
+    assert main(["generate", "--prompt", "hi", "--target-quant", "int4", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "int4 runs on PyTorch's CPU kernels" in err and "Traceback" not in err
