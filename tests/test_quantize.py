@@ -7,7 +7,7 @@ import torch
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.drafters.grown import GrownConfig, GrownDrafter
-from taps.quantize import load_dtype, quantize_linears, quantized_layers
+from taps.quantize import load_dtype, quantize_linears, quantized_layers, scheme_of
 from taps.target import Target
 from tiny import tiny_model
 
@@ -30,24 +30,27 @@ def test_int8_replaces_every_linear_and_stays_close():
 def test_none_leaves_the_model_alone_and_bad_requests_are_refused():
     model = tiny_model("llama")
     assert quantize_linears(model, "none") is model and quantized_layers(model) == 0
-    with pytest.raises(ValueError, match="unknown drafter quantization 'int4'"):
-        quantize_linears(model, "int4")
+    with pytest.raises(ValueError, match="unknown drafter quantization 'int3'"):
+        quantize_linears(model, "int3")
+    assert scheme_of(model) == "none" and scheme_of(None) == "none"
     with pytest.raises(ValueError, match="needs a float32 model"):
         quantize_linears(tiny_model("llama").to(torch.bfloat16), "int8")
     with pytest.raises(ValueError, match="no weights to quantize"):
         load_drafter("oracle", Target(model), quantize="int8")  # it runs the target itself
 
 
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
 @pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
-def test_decoding_with_an_int8_drafter_equals_greedy(method):
+def test_decoding_with_a_quantized_drafter_equals_greedy(method, scheme):
     """A grown drafter over the target's own weights (a drafter that would accept nearly
-    everything) in int8: still token for token plain greedy."""
+    everything) in int8 (dynamic) or int4 (weight-only): still token for token plain greedy."""
     model = tiny_model("qwen2", seed=0)
     target = Target(model)
     base = tiny_model("qwen2", seed=0)
     drafter = GrownDrafter(base, GrownConfig(base="tiny", mask_token_id=95, block_size=6), target)
-    drafter.model = quantize_linears(drafter.model, "int8")  # as load_drafter does for a trained drafter
+    drafter.model = quantize_linears(drafter.model, scheme)  # as load_drafter does for a trained drafter
+    assert scheme_of(drafter.model) == scheme
     ref = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
                          do_sample=False, max_new_tokens=40, pad_token_id=0)[0, len(PROMPT):].tolist()  # fmt: skip
     res = generate(target, PROMPT, DecodeConfig(method, budget=8, max_new_tokens=40, stop_ids=()), drafter)
@@ -60,6 +63,7 @@ def test_an_int8_grown_drafter_loads_in_float32_beside_a_bfloat16_target():
     float32 int8 while the target verifies in bfloat16 (the fast pair on CPUs with bf16 kernels)."""
     assert load_dtype("none", torch.bfloat16) == torch.bfloat16
     assert load_dtype("int8", torch.bfloat16) == torch.float32
+    assert load_dtype("int4", torch.bfloat16) == torch.bfloat16  # weight-only: the drafter's own dtype
     target = Target(tiny_model("qwen2", seed=0).to(torch.bfloat16))
     base = tiny_model("qwen2", seed=0)
     cfg = GrownConfig(base="tiny", mask_token_id=95, block_size=6)

@@ -13,7 +13,7 @@ from taps.drafters import TEST_DRAFTERS, load_drafter
 from taps.methods import every_method
 from taps.target import Target
 from taps.verify import SamplingConfig
-from taps.weightonly import WeightOnlyLinear, check_target_quant, quantize_target, target_quant_of
+from taps.weightonly import WeightOnlyLinear, check_target_quant, quantize_weights, target_quant_of
 from tiny import tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
@@ -21,7 +21,7 @@ SCHEMES = ["int8", "int4"]
 
 
 def quantized(scheme, family="llama", **kw):
-    return quantize_target(copy.deepcopy(tiny_model(family, **kw)), scheme)
+    return quantize_weights(copy.deepcopy(tiny_model(family, **kw)), scheme)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -98,13 +98,13 @@ def test_what_cannot_run_is_refused_before_any_layer_changes():
     model = tiny_model("llama", vocab=8)
     with pytest.raises(ValueError, match=r"int4 needs layers with inputs a multiple of 32 and outputs a multiple of "
                                          r"16; .*\(64, 8\).*use --target-quant int8"):
-        quantize_target(model, "int4")
+        quantize_weights(model, "int4")
     assert target_quant_of(model) == "none"  # untouched
     with pytest.raises(ValueError, match="runs on PyTorch's CPU kernels; drop it on cuda"):
         check_target_quant("int8", "cuda")
     with pytest.raises(ValueError, match="unknown target quantization 'int3'"):
         check_target_quant("int3")
-    assert target_quant_of(quantize_target(model, "int8")) == "int8"
+    assert target_quant_of(quantize_weights(model, "int8")) == "int8"
 
 
 @pytest.mark.slow  # SmolLM2 quantized twice, four methods each
@@ -114,7 +114,7 @@ def test_smollm2_quantized_every_method_equals_its_own_greedy(smollm2, scheme):
     import taps
 
     model, tokenizer = smollm2
-    model = quantize_target(copy.deepcopy(model), scheme)
+    model = quantize_weights(copy.deepcopy(model), scheme)
     spec = taps.load(model, "noisy", tokenizer=tokenizer, method="chain")
     ids = spec.encode("Write a Python function that checks whether a number is prime.")
     out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)[0, len(ids):].tolist()

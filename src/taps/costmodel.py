@@ -35,7 +35,7 @@ import torch
 
 from taps.files import read_json
 from taps.linear import linear_backend, linear_in_use
-from taps.quantize import quantized_layers
+from taps.quantize import scheme_of
 from taps.tree import Tree
 from taps.weightonly import target_quant_of
 
@@ -326,7 +326,7 @@ def measure_profile(
         verify_by_context=tuple(verify_rows),
         draft_by_context=tuple(draft_times),
         linear=linear_backend(target.model),
-        drafter_quant="int8" if drafter is not None and quantized_layers(getattr(drafter, "model", None)) else "none",
+        drafter_quant=scheme_of(getattr(drafter, "model", None)),
         target_quant=target_quant_of(target.model),
         note="measure_profile" + ("" if drafter is not None else ": no drafter given, t_draft = 0"),
     )

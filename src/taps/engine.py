@@ -90,7 +90,7 @@ def load(
     from taps.files import check_weights, read_json
     from taps.hub import hub_snapshot, is_hub_id
     from taps.quantize import check_scheme
-    from taps.weightonly import check_target_quant, quantize_target
+    from taps.weightonly import check_target_quant, quantize_weights
 
     parsed = Method.parse(method)
     check_scheme(drafter_quant)
@@ -131,7 +131,7 @@ def load(
         dtype = str(model.dtype).removeprefix("torch.")
     if drafter_quant != "none" and model.device.type != "cpu":
         raise ValueError(f"--drafter-quant {drafter_quant} runs on the CPU only; the target is on {model.device}")
-    model = quantize_target(model, target_quant)
+    model = quantize_weights(model, target_quant)
     tgt = Target(model, tok)
     if not parsed.needs_draft:
         drafter = None

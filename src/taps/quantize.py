@@ -12,6 +12,10 @@ kernels) quantizes each activation on the fly and each weight once, per output c
 marks `torch.ao.quantization` deprecated; it is present and fast in the pinned torch 2.13.0, and
 taps silences the notice here rather than in every user's log. (torch's weight-only
 `_weight_int8pack_mm` ran 14x slower than float32 on this AVX2 CPU: not an alternative.)
+
+"int4" is weight-only instead (taps.weightonly, the target's `--target-quant int4` kernel): a
+quarter of bfloat16's bytes, in the drafter's own dtype; beside an int4 target it keeps the
+draft from costing more than the verification (results/quantized-targets).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import warnings
 import torch
 from torch import nn
 
-SCHEMES = ("none", "int8")  # --drafter-quant values: none = the model as loaded; int8 = dynamic int8 linears
+SCHEMES = ("none", "int8", "int4")  # --drafter-quant: as loaded; dynamic int8 linears; weight-only int4
 
 
 def check_scheme(scheme: str) -> str:
@@ -34,7 +38,7 @@ def load_dtype(scheme: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype to load a drafter or assistant in, before `quantize_linears(model, scheme)`, beside a
     target in `dtype`: int8 kernels read float32 weights, so an int8 drafter loads in float32 whatever
     the target's dtype (it only proposes tokens; the target verifies every one in its own)."""
-    return dtype if check_scheme(scheme) == "none" else torch.float32
+    return torch.float32 if check_scheme(scheme) == "int8" else dtype
 
 
 def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
@@ -44,6 +48,10 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     PyTorch build with the x86/fbgemm engine."""
     if check_scheme(scheme) == "none":
         return model
+    if scheme == "int4":
+        from taps.weightonly import quantize_weights
+
+        return quantize_weights(model, scheme)
     from taps.linear import use_linear
 
     params = list(model.parameters())
@@ -65,7 +73,20 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
 
 
 def quantized_layers(model: nn.Module | None) -> int:
-    """How many of `model`'s layers run int8 dynamic quantization (0 for None: a test drafter)."""
+    """How many of `model`'s layers run int8 dynamic or weight-only quantization (0 for None: a test drafter)."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    return 0 if model is None else sum(isinstance(m, DynamicLinear) for m in model.modules())
+    from taps.weightonly import WeightOnlyLinear
+
+    return 0 if model is None else sum(isinstance(m, (DynamicLinear, WeightOnlyLinear)) for m in model.modules())
+
+
+def scheme_of(model: nn.Module | None) -> str:
+    """The --drafter-quant scheme `model` runs: "int8", "int4" or "none" (also for None: a test drafter)."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    from taps.weightonly import target_quant_of
+
+    if model is None:
+        return "none"
+    return "int8" if any(isinstance(m, DynamicLinear) for m in model.modules()) else target_quant_of(model)

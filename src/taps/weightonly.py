@@ -100,11 +100,11 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None) ->
 
 
 def target_quant_of(model: nn.Module) -> str:
-    """The scheme `quantize_target` applied to `model` ("none" if it did not)."""
+    """The scheme `quantize_weights` applied to `model` ("none" if it did not)."""
     return next((m.scheme for m in model.modules() if isinstance(m, WeightOnlyLinear)), "none")
 
 
-def quantize_target(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE) -> nn.Module:
+def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE) -> nn.Module:
     """`model` with every `nn.Linear` (the LM head included) replaced by a `WeightOnlyLinear` in
     `scheme`, in place; "none" returns it untouched. Refused before any layer changes when a layer
     cannot be quantized (int4: input features not a multiple of `group_size`)."""
