@@ -137,15 +137,18 @@ def by_hand(records):
 def test_markdown_table_formats_rows_and_missing_values():
     rows = [
         {"dataset": "humaneval", "temperature": 0.0, "method": "ar", "budget": None, "prompts": 3, "tau": 1.0,
-         "tokens_per_second": 40.123, "speedup_vs_ar": 1.0, "mean_tree_size": 0.0, "match_rate_vs_ar": 1.0},
+         "tokens_per_second": 40.123, "speedup_vs_ar": 1.0, "ci_low": None, "ci_high": None, "mean_tree_size": 0.0,
+         "match_rate_vs_ar": 1.0},
         {"dataset": "humaneval", "temperature": 0.0, "method": "hf-assisted", "budget": None, "prompts": 3,
-         "tau": None, "tokens_per_second": 55.5, "speedup_vs_ar": 1.384, "mean_tree_size": None, "match_rate_vs_ar": 0.5},
+         "tau": None, "tokens_per_second": 55.5, "speedup_vs_ar": 1.384, "ci_low": 1.2, "ci_high": 1.51,
+         "mean_tree_size": None, "match_rate_vs_ar": 0.5},
     ]  # fmt: skip
     assert markdown_table(rows) == (
-        "| dataset | T | method | budget | prompts | tau | tokens/s | speedup vs ar | mean tree size | match rate vs ar |\n"
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
-        "| humaneval | 0.0 | ar | - | 3 | 1.00 | 40.12 | 1.00 | 0.0 | 1.00 |\n"
-        "| humaneval | 0.0 | hf-assisted | - | 3 | - | 55.50 | 1.38 | - | 0.50 |"
+        "| dataset | T | method | budget | prompts | tau | tokens/s | speedup vs ar | 95% CI | mean tree size "
+        "| match rate vs ar |\n"
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| humaneval | 0.0 | ar | - | 3 | 1.00 | 40.12 | 1.00 | - | 0.0 | 1.00 |\n"
+        "| humaneval | 0.0 | hf-assisted | - | 3 | - | 55.50 | 1.38 | 1.20-1.51 | - | 0.50 |"
     )
     assert markdown_table([]).count("\n") == 1  # header and rule only
 
@@ -331,9 +334,9 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
         if x["method"] == "ar":
             assert cells["ar (tokens/s)", column] == f"{x['tokens_per_second']:.2f}"
         elif x["tau"] is None:
-            assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x"
+            assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x" + level(x)
         else:
-            assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x ({x['tau']:.1f})"
+            assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} ({x['tau']:.1f})"
     assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summarize(records)})
     rivals = matrix_cells(rival_matrix(taps_rival_rows(records)))
     rows = head_to_head(records)
@@ -341,7 +344,16 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
     for r in rows:
         column = f"{r['dataset'].split('/')[-1]} T={r['temperature']:g}"
         suffix = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
-        assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{suffix}"
+        assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{level(r)}{suffix}"
+        if r["ci_low"] is None:  # one prompt: no interval
+            assert r["prompts"] < 2 and r["verdict"] is None
+        else:
+            assert r["verdict"] == ("level" if r["ci_low"] <= 1 <= r["ci_high"] else "faster" if r["ci_low"] > 1 else "slower")
+
+
+def level(row: dict) -> str:
+    """What a matrix cell adds when the 95% interval contains 1."""
+    return " level" if row["ci_low"] is not None and row["ci_low"] <= 1 <= row["ci_high"] else ""
 
 
 def test_round_costs_are_stage_seconds_per_round_over_one_ar_round(tmp_path):

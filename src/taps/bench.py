@@ -22,6 +22,7 @@ import transformers
 from taps.assets import DTYPES, load_model
 from taps.costmodel import cpu_name
 from taps.datasets import Prompt, load_prompts, spec_bench_digest
+from taps.decode import default_stop_ids
 from taps.drafters import shipped_drafter, shipped_scorer
 from taps.engine import Speculator, load
 from taps.linear import linear_in_use
@@ -116,6 +117,17 @@ class BenchConfig:
             raise ValueError("turns must be >= 1")
         check_scheme(self.drafter_quant)
         check_target_quant(self.target_quant, self.device)
+        if "llama-cpp" in names:
+            from importlib.util import find_spec
+
+            from taps.assets import MODELS
+
+            if find_spec("llama_cpp") is None:
+                raise ValueError("the llama-cpp peer needs llama-cpp-python: pip install 'taps-decode[llama]' "
+                                 "(it builds llama.cpp from source: tens of minutes on 2 cores)")
+            if self.target not in MODELS:
+                raise ValueError(f"the llama-cpp peer runs a packaged model's GGUF file; {self.target!r} is not one "
+                                 f"({', '.join(MODELS)})")
         Rollout(self.rollout_steps, self.rollout_reach)
 
 
@@ -134,6 +146,19 @@ class Session:
         )
         self.target = self.spec.target
         self._assistant = None
+        self._llama = None
+
+    @property
+    def llama(self):
+        """llama.cpp over the target's packaged GGUF file, with as many threads as torch uses."""
+        if self._llama is None:
+            from llama_cpp import Llama
+
+            from taps.assets import gguf_file
+
+            self._llama = Llama(model_path=str(gguf_file(self.cfg.target)), n_ctx=4096,
+                                n_threads=torch.get_num_threads(), verbose=False)
+        return self._llama
 
     @property
     def assistant(self):
@@ -203,10 +228,34 @@ def run_prompt_lookup(session, prompt, method, budget, temperature, seed, max_ne
     return Run(ids, texts, secs)
 
 
-# Peers: what users would pick instead, run through transformers itself, not re-implemented.
+def run_llama_cpp(session, prompt, method, budget, temperature, seed, max_new) -> Run:
+    """llama.cpp (llama-cpp-python) decoding the packaged GGUF file itself, its 4-bit weights as
+    they ship: another model than taps' dequantized one, so its output is not taps' (reported for
+    speed, not exactness). It is fed the same prompt token ids and stops on the same tokens."""
+    llm = session.llama
+    stop = set(default_stop_ids(session.target))
+
+    def answer(ids):
+        out = []
+        t0 = time.perf_counter()
+        llm.set_seed(seed)
+        for token in llm.generate(ids, temp=temperature, top_k=0, top_p=1.0, min_p=0.0, reset=True):
+            if token in stop:
+                break
+            out.append(token)
+            if len(out) == max_new:
+                break
+        return out, time.perf_counter() - t0, None
+
+    ids, texts, secs, _ = _conversation(session, prompt, answer)
+    return Run(ids, texts, secs)
+
+
+# Peers: what users would pick instead, run through their own libraries, not re-implemented.
 PEERS: dict[str, Callable[..., Run]] = {
     "hf-assisted": run_hf_assisted,  # assisted generation with a small sibling as assistant
     "prompt-lookup": run_prompt_lookup,  # prompt lookup decoding (n-gram copy from the context)
+    "llama-cpp": run_llama_cpp,  # llama.cpp on the packaged GGUF (4-bit weights; the `llama` extra)
 }
 
 

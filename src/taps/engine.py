@@ -78,7 +78,8 @@ def load(
         plain marginals, None for the drafter's own (taps only).
     drafter_quant: "int8" runs a trained drafter's linear layers in int8 (CPU only).
     target_quant: "int8" or "int4" keeps the target's weights in that precision (taps.weightonly, CPU
-        only); lossless then means equal to that quantized model's own output.
+        only; a model passed in is quantized in place); lossless then means equal to that quantized
+        model's own output.
     linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
         else onednn where available). flush_denormal: flush denormal floats to zero, process-wide
         (8x faster float32 decoding on x86 here; pass False to leave torch's setting alone).

@@ -14,7 +14,15 @@ from pathlib import Path
 
 from taps.files import make_folder
 from taps.records import group_label, is_peer
-from taps.summary import distinct, median_speed_ratio, paired, summarize
+from taps.summary import (
+    distinct,
+    interval_text,
+    is_level,
+    median_speed_ratio,
+    paired,
+    ratio_interval,
+    summarize,
+)
 
 # (summary key, header, format); "s" columns are text, the others right-aligned numbers
 COLUMNS = (
@@ -26,6 +34,7 @@ COLUMNS = (
     ("tau", "tau", ".2f"),
     ("tokens_per_second", "tokens/s", ".2f"),
     ("speedup_vs_ar", "speedup vs ar", ".2f"),
+    ("ci", "95% CI", "interval"),
     ("mean_tree_size", "mean tree size", ".1f"),
     ("match_rate_vs_ar", "match rate vs ar", ".2f"),
 )
@@ -39,12 +48,16 @@ HEAD_TO_HEAD_COLUMNS = (
     ("rival_budget", "rival budget", "d"),
     ("prompts", "prompts", "d"),
     ("speedup_vs_rival", "speedup vs rival", ".2f"),
+    ("ci", "95% CI", "interval"),
+    ("verdict", "verdict", "s"),
 )
 
 DEFINITIONS = """\
 - tau: tokens committed per target forward (sum of new tokens / sum of rounds); `-` for peers, which do not expose rounds.
 - tokens/s: median over prompts of new tokens / wall seconds (all turns).
 - speedup vs ar: median over prompts of tokens/s divided by ar's tokens/s on the same prompt and temperature.
+- 95% CI: percentile bootstrap interval of that median, prompts resampled with their own ar run (2,000 resamples);
+  "level" where it contains 1.
 - mean tree size: drafted nodes verified per round (0 for ar; `-` for peers).
 - match rate vs ar: share of prompts whose generated tokens equal ar's."""
 
@@ -53,12 +66,14 @@ def markdown_table(rows: list[dict], columns: tuple = COLUMNS) -> str:
     """A markdown table of `summarize` rows (or others, given their columns); `-` where a
     value does not apply."""
 
-    def cell(value, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
+    def cell(row: dict, key: str, fmt: str) -> str:
+        if fmt == "interval":
+            return interval_text(row["ci_low"], row["ci_high"])
+        return "-" if row[key] is None else format(row[key], fmt)
 
     header = "| " + " | ".join(title for _, title, _ in columns) + " |"
     rule = "|" + "|".join("---" if fmt == "s" else "---:" for _, _, fmt in columns) + "|"
-    body = ["| " + " | ".join(cell(row[key], fmt) for key, _, fmt in columns) + " |" for row in rows]
+    body = ["| " + " | ".join(cell(row, key, fmt) for key, _, fmt in columns) + " |" for row in rows]
     return "\n".join([header, rule, *body])
 
 
@@ -72,6 +87,13 @@ def complete_only(records: list[dict]) -> list[dict]:
         done.setdefault((r["dataset"], r["prompt_id"], r["temperature"]), set()).add((r["method"], r["budget"]))
     return [r for r in records
             if done[r["dataset"], r["prompt_id"], r["temperature"]] == entries[group_label(r), r["temperature"]]]
+
+
+def verdict(ratio: float | None, low: float | None, high: float | None) -> str | None:
+    """"faster", "slower" or "level" (the interval contains 1); None without a ratio or interval."""
+    if ratio is None or low is None:
+        return None
+    return "level" if is_level(low, high) else ("faster" if low > 1 else "slower")
 
 
 def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "ddtree") -> list[dict]:
@@ -94,10 +116,11 @@ def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "d
         mine = runs[own["dataset"], own["temperature"], method, own["budget"]]
         for rival in rivals:
             pairs = paired(mine, runs[rival["dataset"], rival["temperature"], rival["method"], rival["budget"]])
+            ratio, (low, high) = median_speed_ratio(pairs), ratio_interval(pairs)
             rows.append({
                 "dataset": own["dataset"], "temperature": own["temperature"], "method": method, "budget": own["budget"],
                 "rival": rival["method"], "rival_budget": rival["budget"], "prompts": len(pairs),
-                "speedup_vs_rival": median_speed_ratio(pairs),
+                "speedup_vs_rival": ratio, "ci_low": low, "ci_high": high, "verdict": verdict(ratio, low, high),
             })  # fmt: skip
     return rows
 
@@ -243,7 +266,8 @@ def speedup_matrix(records: list[dict]) -> str:
             return f"{x['tokens_per_second']:.2f}"
         if x["speedup_vs_ar"] is None:
             return None
-        return f"{x['speedup_vs_ar']:.2f}x" + ("" if x["tau"] is None else f" ({x['tau']:.1f})")
+        level = " level" if is_level(x["ci_low"], x["ci_high"]) else ""
+        return f"{x['speedup_vs_ar']:.2f}x{level}" + ("" if x["tau"] is None else f" ({x['tau']:.1f})")
 
     keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in distinct((x["method"], x["budget"]) for x in summary)]
     return _matrix(keys, distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
@@ -265,7 +289,8 @@ def rival_matrix(rows: list[dict]) -> str:
         r = cells.get((*key[1:], *column))
         if r is None or r["speedup_vs_rival"] is None:
             return None
-        return f"{r['speedup_vs_rival']:.2f}x" + ("" if r["rival_budget"] is None else f" (:{r['rival_budget']})")
+        level = " level" if r["verdict"] == "level" else ""
+        return f"{r['speedup_vs_rival']:.2f}x{level}" + ("" if r["rival_budget"] is None else f" (:{r['rival_budget']})")
 
     keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
     return _matrix(keys, distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
@@ -275,7 +300,8 @@ def matrix_section(records: list[dict], rival_rows: list[dict]) -> list[str]:
     """The report's headline: `speedup_matrix`, then `rival_matrix` of `taps_rival_rows(records)`
     when taps met a rival."""
     lines = ["## Speedup over ar at a glance", "", speedup_matrix(records), "",
-             "- cells: speedup vs ar (tau in brackets); the full table below has every number.", ""]
+             "- cells: speedup vs ar (tau in brackets), \"level\" where its 95% interval contains 1; the full table "
+             "below has every number and interval.", ""]
     if rival_rows:
         lines += ["Paired median ratio of tokens/s on the same prompts (ddtree: its best budget on that set):", "",
                   rival_matrix(rival_rows), ""]
@@ -294,6 +320,8 @@ def head_to_head_section(rows: list[dict]) -> list[str]:
         "",
         "- speedup vs rival: median over prompts of the method's tokens/s divided by the rival's on the same prompt "
         "and temperature; the ddtree rival is its budget with the best median speedup vs ar on that set.",
+        "- 95% CI: percentile bootstrap interval of that median, prompts resampled in pairs; verdict: faster or "
+        "slower when the interval lies above or below 1, level when it contains 1.",
         "",
     ]
 

@@ -6,6 +6,7 @@ stored, so a record edited or added shows in every number. No torch.
 from __future__ import annotations
 
 import json
+import random
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,9 +32,30 @@ def median_speed_ratio(pairs: list[tuple[dict, dict]]) -> float | None:
     return statistics.median(tokens_per_second(r) / tokens_per_second(b) for r, b in pairs) if pairs else None
 
 
+def ratio_interval(pairs: list[tuple[dict, dict]], level: float = 0.95, resamples: int = 2000,
+                   seed: int = 0) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval of `median_speed_ratio`: the prompts are resampled with
+    replacement, each with its own baseline run (paired), and the median ratio of each resample
+    is taken; the interval spans the middle `level` of those medians. (None, None) below two
+    pairs. Seeded, so a report is reproducible; tests/test_summary.py checks its coverage."""
+    if len(pairs) < 2:
+        return None, None
+    ratios = [tokens_per_second(r) / tokens_per_second(b) for r, b in pairs]
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    tail = round((1 - level) / 2 * resamples)
+    return medians[tail], medians[resamples - 1 - tail]
+
+
+def is_level(low: float | None, high: float | None) -> bool:
+    """Whether an interval of a ratio contains 1: neither side is shown faster."""
+    return low is not None and high is not None and low <= 1 <= high
+
+
 def summarize(records: Iterable[dict]) -> list[dict]:
     """Per (method, dataset, budget, temperature): tau, median tokens/s, median paired speedup
-    over ar on the same prompts, mean verified tree size, and the share of outputs equal to ar's."""
+    over ar on the same prompts with its 95% bootstrap interval (`ci_low`, `ci_high`), mean verified
+    tree size, and the share of outputs equal to ar's."""
     records = list(records)
     ar = [r for r in records if r["method"] == "ar"]
     groups: dict[tuple, list[dict]] = {}
@@ -47,12 +69,15 @@ def summarize(records: Iterable[dict]) -> list[dict]:
         # tau needs every record's rounds (peers expose none), and some rounds (a 0-token run has none)
         tau = sum(r["new_tokens"] for r in recs) / sum(rounds) if len(rounds) == len(recs) and sum(rounds) else None
         sizes = [s for r in recs for s in r["tree_sizes"]]
+        low, high = ratio_interval(pairs) if method != "ar" else (None, None)
         rows.append({
             "method": method, "dataset": dataset, "budget": budget, "temperature": temperature,
             "prompts": len(recs),
             "tau": tau,
             "tokens_per_second": statistics.median(tps) if tps else None,
             "speedup_vs_ar": median_speed_ratio(pairs),
+            "ci_low": low,
+            "ci_high": high,
             "mean_tree_size": sum(sizes) / len(sizes) if sizes else None,
             "match_rate_vs_ar": sum(r["token_ids"] == a["token_ids"] for r, a in pairs) / len(pairs) if pairs else None,
         })  # fmt: skip
@@ -83,15 +108,21 @@ def format_table(rows: list[dict]) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    head = f"{'dataset':26s} {'T':>4s} {'method':14s} {'budget':>6s} {'n':>3s} {'tau':>6s} {'tok/s':>7s} {'speedup':>8s} {'tree':>6s} {'=ar':>5s}"
+    head = (f"{'dataset':26s} {'T':>4s} {'method':14s} {'budget':>6s} {'n':>3s} {'tau':>6s} {'tok/s':>7s} {'speedup':>8s} "
+            f"{'95% CI':>11s} {'tree':>6s} {'=ar':>5s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['dataset']:26s} {r['temperature']:4.1f} {r['method']:14s} {f(r['budget'], 'd'):>6s} {r['prompts']:3d} "
             f"{f(r['tau'], '.2f'):>6s} {f(r['tokens_per_second'], '.2f'):>7s} {f(r['speedup_vs_ar'], '.2f'):>8s} "
-            f"{f(r['mean_tree_size'], '.1f'):>6s} {f(r['match_rate_vs_ar'], '.2f'):>5s}"
+            f"{interval_text(r['ci_low'], r['ci_high']):>11s} {f(r['mean_tree_size'], '.1f'):>6s} {f(r['match_rate_vs_ar'], '.2f'):>5s}"
         )
     return "\n".join(lines)
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    """An interval as `low-high`, `-` when there is none."""
+    return "-" if low is None or high is None else f"{low:.2f}-{high:.2f}"
 
 
 def _question_order(rec: dict) -> tuple:

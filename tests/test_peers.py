@@ -1,0 +1,41 @@
+"""The peers `taps bench` runs beside taps (taps.bench.PEERS), each exercised on SmolLM2; one whose
+library is not installed is skipped with the reason, and asking for it is a clear error."""
+
+import importlib.util
+
+import pytest
+
+from taps import bench
+
+
+def run(tmp_path, method, **kw):
+    cfg = bench.BenchConfig(target="smollm2-135m", methods=("ar", method), datasets=("humaneval",), limit=1,
+                            max_new_tokens=16, dtype="float32", **kw)
+    records = bench.run_bench(cfg, tmp_path / "r.jsonl", progress=False)
+    return {r["method"]: r for r in records}
+
+
+@pytest.mark.parametrize("peer", ["hf-assisted", "prompt-lookup"])
+def test_transformers_peers_equal_plain_greedy_in_float32(tmp_path, peer):
+    kw = {"assistant": "smollm2-135m"} if peer == "hf-assisted" else {}
+    records = run(tmp_path, peer, **kw)
+    assert records[peer]["token_ids"] == records["ar"]["token_ids"]  # transformers' own lossless methods
+    assert records[peer]["rounds"] is None  # a peer exposes no rounds
+
+
+def test_llama_cpp_decodes_the_packaged_gguf(tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'taps-decode[llama]')")
+    records = run(tmp_path, "llama-cpp")
+    answer = records["llama-cpp"]["token_ids"][0]
+    assert 0 < len(answer) <= 16 and records["llama-cpp"]["total_seconds"] > 0
+    # its own 4-bit model, not taps' dequantized float32 one: close, not necessarily equal
+    assert answer[0] == records["ar"]["token_ids"][0][0]
+
+
+def test_a_missing_peer_library_is_a_clear_error(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    with pytest.raises(ValueError, match=r"llama-cpp peer needs llama-cpp-python: pip install 'taps-decode\[llama\]'"):
+        bench.BenchConfig(target="smollm2-135m", methods=("ar", "llama-cpp"))
+    with pytest.raises(ValueError, match="runs a packaged model's GGUF file"):
+        bench.BenchConfig(target="/some/folder", methods=("ar", "llama-cpp"))
