@@ -122,12 +122,12 @@ class BenchConfig:
 
             from taps.assets import MODELS
 
-            if find_spec("llama_cpp") is None:
-                raise ValueError("the llama-cpp peer needs llama-cpp-python: pip install 'taps-decode[llama]' "
-                                 "(it builds llama.cpp from source: tens of minutes on 2 cores)")
             if self.target not in MODELS:
                 raise ValueError(f"the llama-cpp peer runs a packaged model's GGUF file; {self.target!r} is not one "
                                  f"({', '.join(MODELS)})")
+            if find_spec("llama_cpp") is None:
+                raise ValueError("the llama-cpp peer needs llama-cpp-python: pip install 'taps-decode[llama]' "
+                                 "(it builds llama.cpp from source: tens of minutes on 2 cores)")
         Rollout(self.rollout_steps, self.rollout_reach)
 
 
