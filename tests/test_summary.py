@@ -4,7 +4,7 @@ ratio at about the nominal rate, narrow with more prompts, and are reproducible.
 import math
 import random
 
-from taps.summary import is_level, ratio_interval
+from taps.summary import is_level, machine_label, ratio_interval
 
 
 def pairs_with_ratios(ratios):
@@ -41,3 +41,10 @@ def test_more_prompts_narrow_the_interval_and_a_seed_reproduces_it():
 
 def test_level_means_the_interval_contains_one():
     assert is_level(0.95, 1.04) and not is_level(1.01, 1.2) and not is_level(0.8, 0.99) and not is_level(None, None)
+
+
+def test_the_machine_label_names_cpu_threads_kernel_dtype_and_precision():
+    env = {"cpu": "AMD EPYC (avx512_bf16)", "threads": 2, "linear": "onednn", "dtype": "bfloat16", "target_quant": "int4"}
+    assert machine_label([{"env": env}, {"env": env}]) == "AMD EPYC (avx512_bf16), 2 threads, onednn, bfloat16, target int4"
+    assert machine_label([{"env": {**env, "target_quant": "none"}}]).endswith("onednn, bfloat16")
+    assert machine_label([{}]) == "machine not recorded"

@@ -18,6 +18,7 @@ from taps.summary import (
     distinct,
     interval_text,
     is_level,
+    machine_label,
     median_speed_ratio,
     paired,
     ratio_interval,
@@ -363,7 +364,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     lines = [
         "# taps benchmark report",
         "",
-        f"{len(records)} records.",
+        f"Machine: {machine_label(records)}. {len(records)} records.",
         "",
         *environment_lines(records),
         "",

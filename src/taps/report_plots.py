@@ -8,6 +8,7 @@ size).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,22 +17,26 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from taps.summary import distinct, pooled_rows
+from taps.summary import distinct, machine_label, pooled_rows
 
 
-def _panels(n: int, title: str, panel_width_in: float = 4.5, panel_height_in: float = 3.6) -> tuple[Figure, list]:
-    """A figure of n panels, at most three per row, drawn by Agg (no pyplot: no global state)."""
+def _panels(n: int, title: str, machine: str = "", panel_width_in: float = 4.5,
+            panel_height_in: float = 3.6) -> tuple[Figure, list]:
+    """A figure of n panels, at most three per row, drawn by Agg (no pyplot: no global state); the
+    machine the numbers come from goes under the title."""
     cols = min(n, 3)
     fig = Figure(figsize=(panel_width_in * cols, panel_height_in * math.ceil(n / cols)), layout="constrained")
     FigureCanvasAgg(fig)
     axes = list(fig.subplots(math.ceil(n / cols), cols, squeeze=False).ravel())
     for ax in axes[n:]:
         ax.set_visible(False)
-    fig.suptitle(title)
+    # about 11 characters of 10-point text per inch: the machine line wraps inside the figure
+    machine = textwrap.fill(machine, width=int(11 * panel_width_in * cols))
+    fig.suptitle(f"{title}\n{machine}" if machine else title, fontsize=10 if machine else None)
     return fig, axes[:n]
 
 
-def plot_against_tree_size(rows: list[dict], y_key: str, y_label: str, path: Path) -> bool:
+def plot_against_tree_size(rows: list[dict], y_key: str, y_label: str, path: Path, machine: str = "") -> bool:
     """`y_key` against mean tree size: a line per method, one marker per budget, a panel per
     temperature. Methods without trees (peers) that still have a value get a dashed level.
     Returns False (and writes nothing) when there is nothing to draw."""
@@ -41,7 +46,7 @@ def plot_against_tree_size(rows: list[dict], y_key: str, y_label: str, path: Pat
         return False
     # a method keeps its colour in every panel
     colors = {method: f"C{i}" for i, method in enumerate(distinct(r["method"] for r in rows))}
-    fig, axes = _panels(len(temperatures), f"{y_label} against mean tree size (all datasets)")
+    fig, axes = _panels(len(temperatures), f"{y_label} against mean tree size (all datasets)", machine)
     for ax, temperature in zip(axes, temperatures):
         at_t = [r for r in rows if r["temperature"] == temperature]
         for method in distinct(r["method"] for r in at_t):
@@ -67,7 +72,7 @@ def plot_against_tree_size(rows: list[dict], y_key: str, y_label: str, path: Pat
 
 
 
-def plot_accepted_lengths(records: list[dict], path: Path) -> bool:
+def plot_accepted_lengths(records: list[dict], path: Path, machine: str = "") -> bool:
     """Histogram of tokens committed per round (accepted + 1), a panel per speculative method and
     a step line per (budget, temperature). Non-drafting methods (ar, peers) have nothing to show."""
     speculative = [r for r in records if r["drafter"] is not None and r["accepted_per_round"]]
@@ -76,7 +81,7 @@ def plot_accepted_lengths(records: list[dict], path: Path) -> bool:
         return False
     most_committed = 1 + max(a for r in speculative for a in r["accepted_per_round"])
     bin_edges = np.arange(0.5, most_committed + 1.5)  # one unit-wide bin per committed count
-    fig, axes = _panels(len(methods), "tokens committed per round (accepted + 1)")
+    fig, axes = _panels(len(methods), "tokens committed per round (accepted + 1)", machine)
     for ax, method in zip(axes, methods):
         committed: dict[tuple, list[int]] = {}
         for r in speculative:
@@ -113,12 +118,13 @@ def stage_shares(records: list[dict]) -> tuple[list[str], list[str], np.ndarray]
 
 
 
-def plot_stage_split(records: list[dict], path: Path) -> bool:
+def plot_stage_split(records: list[dict], path: Path, machine: str = "") -> bool:
     """Stacked bars: the share of wall time spent in each decoding stage, per method and budget."""
     labels, stages, shares = stage_shares(records)
     if not labels:
         return False
-    fig, (ax,) = _panels(1, "time per decoding stage (all prompts)", panel_width_in=max(5.0, 0.9 * len(labels) + 2))
+    fig, (ax,) = _panels(1, "time per decoding stage (all prompts)", machine,
+                         panel_width_in=max(5.0, 0.9 * len(labels) + 2))
     bottom = np.zeros(len(labels))
     for j, stage in enumerate(stages):
         ax.bar(labels, shares[:, j], bottom=bottom, label=stage)
@@ -135,14 +141,14 @@ def plot_stage_split(records: list[dict], path: Path) -> bool:
 
 def plots(records: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]:
     """File name -> (caption, draw); each draw writes the file and says whether it had data."""
-    pooled = pooled_rows(records)
+    pooled, machine = pooled_rows(records), machine_label(records)
     return {
         "tau_vs_tree_size.png": ("tau against mean tree size",
-                                 lambda p: plot_against_tree_size(pooled, "tau", "tau (tokens per round)", p)),
+                                 lambda p: plot_against_tree_size(pooled, "tau", "tau (tokens per round)", p, machine)),
         "speedup_vs_tree_size.png": ("speedup vs ar against mean tree size",
-                                     lambda p: plot_against_tree_size(pooled, "speedup_vs_ar", "speedup vs ar", p)),
-        "accepted_length_hist.png": ("tokens committed per round", lambda p: plot_accepted_lengths(records, p)),
-        "stage_split.png": ("time per decoding stage", lambda p: plot_stage_split(records, p)),
+                                     lambda p: plot_against_tree_size(pooled, "speedup_vs_ar", "speedup vs ar", p, machine)),
+        "accepted_length_hist.png": ("tokens committed per round", lambda p: plot_accepted_lengths(records, p, machine)),
+        "stage_split.png": ("time per decoding stage", lambda p: plot_stage_split(records, p, machine)),
     }  # fmt: skip
 
 

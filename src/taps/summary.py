@@ -93,6 +93,19 @@ def pooled_rows(records: list[dict]) -> list[dict]:
     return summarize(pooled)
 
 
+def machine_label(records: Iterable[dict]) -> str:
+    """The machine the records ran on, for titles: CPU (with its bfloat16 capability), threads, linear
+    kernel, dtype and target precision; machines joined by " / " if a file holds several (it should not)."""
+    labels = []
+    for env in distinct(r.get("env") or {} for r in records):
+        if not env:
+            continue
+        quant = env.get("target_quant", "none")
+        labels.append(f"{env.get('cpu', '?')}, {env.get('threads', '?')} threads, {env.get('linear', '?')}, "
+                      f"{env.get('dtype', '?')}" + ("" if quant == "none" else f", target {quant}"))
+    return " / ".join(labels) or "machine not recorded"
+
+
 def distinct(values: Iterable) -> list:
     """The values in order of first appearance, each once (dicts too: no hashing)."""
     out = []
