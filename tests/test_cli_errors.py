@@ -145,7 +145,8 @@ def test_train_drafter_refused_after_loading_leaves_no_out_folder(tmp_path, caps
 def test_ctrl_c_is_one_line_and_status_130(when):
     """Item 8: Ctrl-C (SIGINT) while the command starts up, or mid-generation, ends with one line
     and the shell's conventional status 130, not a traceback."""
-    argv = [str(Path(sys.executable).parent / "taps"), "generate",  # the console script users run "--target", "smollm2-135m", "--method", "ar", "--stream",
+    taps = str(Path(sys.executable).parent / "taps")  # the console script users run
+    argv = [taps, "generate", "--target", "smollm2-135m", "--method", "ar", "--stream", "--dtype", "float32",
             "--max-new-tokens", "2000", "--prompt", "Count from one to one thousand in words."]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         if when == "loading":
