@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
-from taps.files import check_weights, make_folder
+from taps.files import check_weights, damaged_weights, make_folder
 from taps.hub import PATH_PREFIXES, AssetError, check_cached_offline, is_hub_id
 
 if TYPE_CHECKING:
@@ -152,21 +152,12 @@ def cache_state(name: str) -> str:
     marker = _read_marker(folder)
     if marker is None or marker.get("sha256") != _spec(name).sha256:
         return "not fetched"
-    return "damaged" if _damage(folder) else "fetched"
+    return "damaged" if damaged_weights(folder) else "fetched"
 
 
 def is_fetched(name: str) -> bool:
     """Whether `name` is converted, complete and whole (`cache_state`)."""
     return cache_state(name) == "fetched"
-
-
-def _damage(folder: Path) -> str | None:
-    """What is wrong with the weights files of a converted folder, or None."""
-    try:
-        check_weights(folder, "")
-    except ValueError as err:
-        return str(err).removesuffix("; ")
-    return None
 
 
 def writable_home() -> Path:
@@ -182,10 +173,11 @@ def fetch(name: str, progress: bool = True) -> Path:
     """
     spec = _spec(name)
     final = model_dir(name)
-    if is_fetched(name):
+    state = cache_state(name)
+    if state == "fetched":
         return final
-    if damage := _damage(final):  # the converted copy was cut or corrupted since: convert it again
-        print(f"taps: the cached {name} is damaged ({damage}); converting it again", file=sys.stderr)
+    if state == "damaged":  # the converted copy was cut or corrupted since: convert it again
+        print(f"taps: the cached {name} is damaged: {damaged_weights(final)}; converting it again", file=sys.stderr)
     home = writable_home()
     # Two processes fetching the same model would write the same partial files.
     with _lock(home / f".{spec.name}.lock"):
@@ -446,7 +438,8 @@ def load_model(
     from taps.linear import use_linear
 
     path = resolve(name_or_path)
-    if Path(path).is_dir():  # found here, before transformers fails on it deep in its loader
+    if name_or_path not in MODELS and Path(path).is_dir():  # (fetch checked a packaged one) found here,
+        # before transformers fails on it deep in its loader
         check_weights(path, "copy or download the model again")
     bar = hf_logging.is_progress_bar_enabled()
     if not verbose:

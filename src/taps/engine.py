@@ -88,7 +88,7 @@ def load(
     verbose: show transformers' progress bars while loading (quiet by default).
     """
     from taps.assets import DTYPES, MODELS, load_model, packaged_name
-    from taps.files import check_weights, read_json
+    from taps.files import check_weights
     from taps.hub import hub_snapshot, is_hub_id
     from taps.quantize import check_scheme
     from taps.weightonly import check_target_quant, quantize_weights
@@ -114,8 +114,8 @@ def load(
     for folder, what in ((drafter, "drafter"), (scorer, "scorer")):  # damaged weights are said before loading
         if isinstance(folder, (str, Path)) and Path(folder).expanduser().is_dir():
             check_weights(Path(folder).expanduser(), f"copy, download or train the {what} again")
-    if isinstance(profile, (str, Path)):
-        read_json(profile, "fix it or measure again with `taps profile`")
+    if isinstance(profile, (str, Path)):  # read now: a bad file is said before any model loads
+        profile = LatencyProfile.load(profile)
     if flush_denormal:
         torch.set_flush_denormal(True)
     if isinstance(target, str):
@@ -149,9 +149,7 @@ def load(
     elif drafter is not None:
         tgt.read_features(drafter.feature_layers)
         check_drafter(tgt, drafter)
-    if isinstance(profile, (str, Path)):
-        profile = LatencyProfile.load(profile)
-    elif profile is None and isinstance(target, str):
+    if profile is None and isinstance(target, str):
         profile = saved_profile(name, dtype, linear, drafter_quant=drafter_quant, target_quant=target_quant)
     if profile is None:
         profile = default_profile()

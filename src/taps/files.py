@@ -28,10 +28,11 @@ def read_json(path: str | os.PathLike, remedy: str) -> Any:
         raise ValueError(f"{path} is not UTF-8 text, so not a JSON file; {remedy}") from None
 
 
-def check_weights(folder: str | os.PathLike, remedy: str) -> None:
-    """Raise if a `*.safetensors` file in `folder` is damaged: its header must parse and its data
-    must cover the file exactly, which is what a truncated or padded copy breaks. safetensors'
-    own `safe_open` checks both from the header alone (the tensors are memory-mapped, not read)."""
+def damaged_weights(folder: str | os.PathLike) -> str | None:
+    """What is wrong with the first damaged `*.safetensors` file in `folder` ("FILE is damaged
+    (reason)"), or None: a file's header must parse and its data must cover the file exactly, which
+    is what a truncated or padded copy breaks. safetensors' own `safe_open` checks both from the
+    header alone (the tensors are memory-mapped, not read)."""
     from safetensors import safe_open
 
     for path in sorted(Path(folder).glob("*.safetensors")):
@@ -39,8 +40,14 @@ def check_weights(folder: str | os.PathLike, remedy: str) -> None:
             with safe_open(str(path), "pt"):
                 pass
         except Exception as err:  # SafetensorError (not exported by name in every version), OSError
-            reason = str(err).removeprefix("Error while deserializing header: ")
-            raise ValueError(f"{path} is damaged ({reason}); {remedy}") from None
+            return f"{path} is damaged ({str(err).removeprefix('Error while deserializing header: ')})"
+    return None
+
+
+def check_weights(folder: str | os.PathLike, remedy: str) -> None:
+    """Raise, naming the file and `remedy`, if a weights file in `folder` is damaged (`damaged_weights`)."""
+    if damage := damaged_weights(folder):
+        raise ValueError(f"{damage}; {remedy}")
 
 
 def make_folder(path: str | os.PathLike, what: str, remedy: str) -> Path:
