@@ -4,10 +4,11 @@ import dataclasses
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
-from taps.costmodel import LatencyProfile, ProfileInfo, cpu_name, default_profile, measure_profile
+from taps.costmodel import LatencyProfile, OnlineProfile, ProfileInfo, cpu_name, default_profile, measure_profile
 from taps.drafters.testing import RandomDrafter
 from taps.target import Target
 from tiny import tiny_model
@@ -155,3 +156,114 @@ def test_measure_profile_on_a_tiny_model(tmp_path, one_thread):
     assert measure_profile(target, sizes=(1,), context_lengths=(4,), repeats=1).draft_seconds == 0.0
     with pytest.raises(ValueError, match="overflow"):
         measure_profile(target, sizes=(40,), context_lengths=(30,), repeats=1)
+
+
+# --- the online refit (OnlineProfile) ---------------------------------------------------------
+
+# issue 22's case: one first-call outlier (7 nodes read 409 ms once) pooled by the isotonic fit into a
+# flat "3 to 31 nodes cost ~270 ms", while the loop measured ~190 ms for 8 nodes and ~257 ms for 32
+MISLED = ((0, 3, 7, 15, 31), (0.189, 0.200, 0.409, 0.205, 0.260))
+
+
+def true_seconds(n):
+    return 0.189 + 0.0022 * n  # the machine's real verify time of n drafted nodes
+
+
+def gains_of(n_max=31, rate=0.8):
+    return [rate ** (i + 1) for i in range(n_max)]  # a geometric acceptance model
+
+
+def run_rounds(online, rounds, rng, outliers=0.1):
+    """Decode-loop rounds against a synthetic timer: each round's size is the cut of the current
+    curve (some rounds off it, as selections that admit fewer nodes are), its time the true one
+    with 3% noise, 10% outliers x3, and every new size's first round x2.5 (a first-call cost)."""
+    seen = set()
+    gains = gains_of()
+    for _ in range(rounds):
+        n = online.at_context(None).best_size(gains)
+        if rng.random() < 0.3:
+            n = int(rng.integers(0, 32))
+        t = true_seconds(n) * float(np.exp(rng.normal(0, 0.03)))
+        if rng.random() < outliers:
+            t *= 3
+        if n not in seen:
+            seen.add(n)
+            t *= 2.5
+        online.add(n, t, draft_seconds=0.076 * float(np.exp(rng.normal(0, 0.03))))
+    return seen
+
+
+def test_online_profile_converges_to_the_measured_times_despite_outliers():
+    import numpy as np
+
+    prior = profile(*MISLED, draft=0.12)
+    online = OnlineProfile(prior)
+    rng = np.random.default_rng(0)
+    seen = run_rounds(online, 400, rng)
+    fitted = online.at_context(None)
+    often = [n for n in seen if online.counts.get(n, 0) >= 16]
+    assert len(often) >= 2
+    for n in often:  # a size the loop ran often reads its measured time
+        assert fitted.t_verify(n) == pytest.approx(true_seconds(n), rel=0.05), n
+    assert fitted.draft_seconds == pytest.approx(0.076, rel=0.05)
+    # and the size it cuts at runs within 3% of the true best rate, where the misled prior's loses > 5%
+    gains = np.array(gains_of())
+
+    def true_rate(n):
+        return (1 + gains[:n].sum()) / (0.076 + true_seconds(n))
+
+    best = max(true_rate(n) for n in range(32))
+    assert true_rate(prior.best_size(gains)) < 0.95 * best  # negative control
+    assert true_rate(fitted.best_size(gains)) > 0.97 * best
+
+
+def test_online_profile_reads_as_its_prior_until_rounds_are_seen_and_drops_each_sizes_first_round():
+    prior = profile(*MISLED, draft=0.12)
+    online = OnlineProfile(prior)
+    assert online.at_context(None).fitted_seconds == pytest.approx(prior.fitted_seconds)
+    assert online.at_context(None).draft_seconds == 0.12
+    online.add(8, 5.0, draft_seconds=9.0)  # a first round of size 8: dropped whole
+    assert online.ratios == {} and online.draft_ratios == []
+    online.add(8, 0.19, draft_seconds=0.06)
+    fitted = online.at_context(None)
+    assert 8 in fitted.sizes and fitted.draft_seconds < 0.12
+    # one round is shrunk toward the pooled correction, itself shrunk toward 1: log ratio x (1/4 + 3/4 x 1/4)
+    r = 0.19 / prior.t_verify(8)
+    point = dict(zip(fitted.sizes, fitted.verify_seconds))  # before the isotonic fit
+    assert point[8] == pytest.approx(prior.t_verify(8) * r ** (1 / 4 + 3 / 16))
+    # sizes with no rounds of their own take the pooled correction
+    assert point[31] == pytest.approx(prior.t_verify(31) * r ** (1 / 4))
+    with pytest.raises(ValueError, match="window"):
+        OnlineProfile(prior, window=0)
+
+
+def test_a_speculator_refits_its_profile_from_its_rounds_and_a_static_one_does_not():
+    import taps
+
+    model = tiny_model("llama")
+    spec = taps.load(model, "random", method="cost-aware", budget=6, block_len=4)
+    assert isinstance(spec.profile, OnlineProfile)
+    spec.generate([1, 2, 3], max_new_tokens=12)
+    assert spec.profile.ratios
+    assert spec.profile.at_context(None) != spec.profile.prior.at_context(None)
+    static = taps.load(model, "random", method="cost-aware", budget=6, block_len=4, adapt_profile=False)
+    assert isinstance(static.profile, LatencyProfile)
+
+
+def test_stable_median_drops_warmup_and_times_until_the_halves_agree():
+    from taps.costmodel import MOST_REPEATS, stable_median
+
+    calls = iter([9.0, 1.0, 1.0, 1.0, 1.0])  # a first call of a new shape, then steady
+    assert stable_median(lambda: next(calls), repeats=4, warmup=1) == 1.0
+    noisy = iter([1.0, 1.0, 2.0, 2.0] + [1.0] * 8)  # the core was taken mid-way: more timings, then it settles
+    times = []
+
+    def once():
+        times.append(next(noisy))
+        return times[-1]
+
+    assert stable_median(once, repeats=4, warmup=0) == 1.0 and len(times) > 4
+    never = iter(range(1, 100))  # never settles (ever slower): stops at MOST_REPEATS x repeats
+    count = []
+    stable_median(lambda: count.append(1) or next(never), repeats=2, warmup=0)
+    assert len(count) == MOST_REPEATS * 2

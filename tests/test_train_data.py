@@ -14,6 +14,7 @@ from taps.records import read_records, read_settings
 from taps.train import data as D
 from taps.train import overlap as O
 from taps.train import prompts as P
+from taps.train import cli as T
 from taps.train import stdlib as S
 from taps.train.cli import TRAIN_HELP, TRAIN_REQUIRED
 from taps.train.drafter import TrainDrafterConfig, load_sequences
@@ -208,12 +209,14 @@ def test_train_drafter_options_cover_the_config():
     assert (gen.max_new_tokens, gen.batch_size, gen.dtype, gen.seed) == (256, 8, "float32", 0)
 
 
-def test_train_drafter_without_mask_token_suggests_candidates(capsys, tmp_path):
+def test_train_drafter_picks_an_unused_special_token_and_says_so(capsys, tmp_path):
     assert main(["train-drafter", "--target", "smollm2-135m", "--data", str(tmp_path / "d"),
-                 "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "--mask-token-id is required" in err and "'<repo_name>'" in err
-    assert "'<|im_end|>'" not in err  # eos is never offered
+                 "--out", str(tmp_path / "o")]) == 2  # the data file is missing: said before any model loads
+    assert "no data file" in capsys.readouterr().err
+    assert T._mask_token("smollm2-135m", None) == 3
+    said = capsys.readouterr().out
+    assert "mask token): 3 '<repo_name>'" in said and "'<|im_end|>'" not in said  # eos is never offered
+    assert T._mask_token("smollm2-135m", 7) == 7
 
 
 @pytest.mark.slow  # SmolLM2 answers prompts, then a drafter trains on them
@@ -230,3 +233,41 @@ def test_train_drafter_generates_data_once_then_trains(capsys, tmp_path):
     before = data.read_bytes()
     assert main(argv) == 0  # data reused, training already complete
     assert data.read_bytes() == before
+
+
+@pytest.mark.slow  # the one command: data, drafter and scorer for a target, in the taps home, resumable
+def test_train_drafter_for_a_target_alone_makes_data_drafter_and_scorer(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPS_HOME", str(tmp_path))
+    monkeypatch.setattr(T, "DEFAULT_PROMPTS", 3)
+    argv = ["train-drafter", "--target", "smollm2-135m", "--gen-max-new-tokens", "6", "--block-size", "8",
+            "--anchors-per-sequence", "4", "--max-seq-len", "192", "--epochs", "1", "--eval-sequences", "1",
+            "--scorer-prompts", "2", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    run = tmp_path / "drafters" / "smollm2-135m"
+    assert f"run folder: {run}; data: {run / 'data.jsonl'} (3 prompts)" in printed
+    assert "mask token): 3 '<repo_name>'" in printed
+    assert len(read_records(run / "data.jsonl")) == 3 and (run / "drafter" / "config.json").is_file()
+    assert "gen-data: " in printed or "s per batch" in capsys.readouterr().err + printed
+    kept = (run / "drafter" / "scorer").is_dir()
+    assert ("edge scorer saved in" in printed) == kept and ("edge scorer not kept" in printed) != kept
+    assert (run / "scorer-run" / "log.jsonl").is_file()
+    assert main(argv) == 0  # complete: a rerun changes nothing
+
+
+@pytest.mark.slow
+def test_sampled_data_pin_the_temperature_and_resume_with_the_same_draws(smollm2, tmp_path):
+    model, tokenizer = smollm2
+    kw = dict(max_new_tokens=6, batch_size=1, progress=False, model=model, tokenizer=tokenizer, temperature=1.0)
+    whole = tmp_path / "whole.jsonl"
+    D.generate_data("smollm2-135m", whole, 2, **kw)
+    assert read_settings(whole)["temperature"] == 1.0
+    split = tmp_path / "split.jsonl"  # interrupted after one prompt, then resumed
+    D.generate_data("smollm2-135m", split, 1, **kw)
+    D.generate_data("smollm2-135m", split, 2, **kw)
+    assert [r["ids"] for r in read_records(split)] == [r["ids"] for r in read_records(whole)]
+    greedy = tmp_path / "greedy.jsonl"
+    D.generate_data("smollm2-135m", greedy, 2, **{**kw, "temperature": 0.0})
+    assert [r["ids"] for r in read_records(greedy)] != [r["ids"] for r in read_records(whole)]  # it does sample
+    with pytest.raises(ValueError, match="temperature"):
+        D.generate_data("smollm2-135m", whole, 2, **{**kw, "temperature": 0.7})

@@ -12,7 +12,7 @@ from taps.cli import main
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.policies import POLICIES
-from taps.scorer import CandidatePool, EdgeScorer, MarginalScorer, Source
+from taps.scorer import CandidatePool, EdgeFeatures, EdgeScorer, MarginalScorer, ScorerExample, ScorerLabels, Source
 from taps.target import Target
 from taps.train import scorer as train_mod
 from taps.train.scorer import (
@@ -54,7 +54,7 @@ def prompts(n, seed=0, length=8):
 
 def config(out="unused", **kw):
     base = dict(target="tiny-llama", drafter="noisy", out=str(out), max_new_tokens=32, k=4, pool_size=16,
-                eval_prompts=2, epochs=6, batch_pools=8, buckets=256, hidden=32, progress=False)
+                eval_prompts=2, epochs=6, batch_pools=8, buckets=256, hidden=32, guard_nodes=6, progress=False)
     return TrainScorerConfig(**{**base, **kw})
 
 
@@ -177,6 +177,40 @@ def test_training_reduces_held_out_loss(trained):
     assert last["eval_loss"] < 0.8 * first["eval_loss"]
     for line in lines:
         assert 0 < line["eval_mean_q_reach"] < 1 and 0 < line["eval_on_path_rate"] < 1
+
+
+class Reversed(EdgeScorer):
+    """Prefers what the marginals find unlikely: the guard's negative control."""
+
+    def forward(self, f):
+        log_q, log_none = super().forward(f)  # untrained: the marginals
+        return torch.where(f.parents >= 0, torch.log1p(-log_q.exp()).clamp_min(-30), log_q), log_none
+
+
+def chain_pool():
+    """Root, then two depths of a likely on-path child and an unlikely sibling (the first two drafted are the path)."""
+    parents = torch.tensor([-1, 0, 0, 1, 1])
+    tokens = torch.tensor([7, 1, 2, 3, 4])
+    logq = torch.tensor([0.0, 0.9, 0.05, 0.9, 0.05]).log().clamp_min(-30) * torch.tensor([0, 1, 1, 1, 1])
+    f = EdgeFeatures(parents, tokens[parents.clamp_min(0)], tokens, torch.tensor([0, 1, 1, 2, 2]),
+                     torch.zeros(5, dtype=torch.long), logq, torch.zeros(5), torch.zeros(5))
+    on_path = torch.tensor([0.0, 1, 0, 1, 0])
+    labels = ScorerLabels(torch.zeros(5), torch.ones(5, dtype=torch.bool), on_path, torch.ones(5, dtype=torch.bool))
+    return ScorerExample(f, labels)
+
+
+def test_the_guard_passes_the_trained_scorer_and_refuses_one_worse_than_the_marginals(trained, tmp_path):
+    lines = [json.loads(line) for line in trained.log_path.read_text().splitlines()]
+    key = "eval_accepted_at_6"
+    assert lines[-1][key] >= lines[0][key] > 0  # trained and saved: it passed
+    pools = [chain_pool()]
+    marginal = train_mod.accepted_at_size(EdgeScorer(), pools, 2)
+    worse = train_mod.accepted_at_size(Reversed(), pools, 2)
+    assert (marginal, worse) == (2.0, 1.0)  # the path, vs the unlikely sibling first
+    assert train_mod.accepted_at_size(Reversed(), pools, 10) == 2.0  # the whole pool holds the whole path
+    with pytest.raises(train_mod.ScorerGuardError, match="not saved.*--scorer none"):
+        train_mod.check_guard({key: worse}, {key: marginal}, 6, tmp_path / "log.jsonl")
+    train_mod.check_guard({key: marginal}, {key: marginal}, 6, tmp_path / "log.jsonl")  # level passes
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")

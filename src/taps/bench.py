@@ -75,6 +75,7 @@ class BenchConfig:
     device: str | None = None  # where the models run (None: cpu)
     linear: str | None = None  # CPU linear kernel (taps.linear; None: $TAPS_LINEAR, else onednn)
     target_quant: str = "none"  # the target's weights in int8/int4 (taps.weightonly); every method runs that model
+    static_profile: bool = False  # keep the latency profile as measured (default: refitted from the rounds' times)
 
     @property
     def drafter_name(self) -> str | None:
@@ -143,6 +144,7 @@ class Session:
             dtype=cfg.dtype, device=cfg.device, profile=cfg.profile, scorer=cfg.scorer_dir or False,
             drafter_quant=cfg.drafter_quant, target_quant=cfg.target_quant, linear=cfg.linear, block_len=cfg.block_len,
             rollout=Rollout(cfg.rollout_steps, cfg.rollout_reach), reuse_prefix=False,
+            adapt_profile=not cfg.static_profile,
         )
         self.target = self.spec.target
         self._assistant = None
@@ -291,6 +293,8 @@ def file_settings(cfg: BenchConfig) -> dict:
     pinned.update(drafter=cfg.drafter_name)
     if cfg.target_quant == "none":  # files written before quantized targets existed stay resumable
         del pinned["target_quant"]
+    if cfg.static_profile:  # files written before the online refit ran static profiles: resumable with it
+        del pinned["static_profile"]
     return {**pinned, "cpu": cpu_name(), "linear": linear_in_use(cfg.dtype, cfg.linear)}
 
 

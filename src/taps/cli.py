@@ -60,7 +60,8 @@ def _load(args, method: str):
         args.target, args.drafter, method=method, budget=getattr(args, "budget", None), dtype=args.dtype,
         device=args.device, profile=args.profile, scorer=False if args.scorer == "none" else args.scorer,
         drafter_quant=args.drafter_quant, target_quant=args.target_quant, linear=args.linear,
-        block_len=args.block_len, rollout=Rollout(args.rollout_steps, args.rollout_reach), verbose=args.verbose,
+        block_len=args.block_len, rollout=Rollout(args.rollout_steps, args.rollout_reach),
+        adapt_profile=not args.static_profile, verbose=args.verbose,
     )
 
 
@@ -115,7 +116,7 @@ def _bench(args) -> int:
         seed=args.seed, spec_bench=args.spec_bench, categories=args.categories, block_len=args.block_len,
         profile=args.profile, scorer=args.scorer, turns=args.turns, drafter_quant=args.drafter_quant,
         rollout_steps=args.rollout_steps, rollout_reach=args.rollout_reach, device=args.device, linear=args.linear,
-        assistant=args.assistant, target_quant=args.target_quant,
+        assistant=args.assistant, target_quant=args.target_quant, static_profile=args.static_profile,
     )
     out = Path(args.out)
     records = run_bench(cfg, out, progress=True)
@@ -163,6 +164,9 @@ def _add_load_options(p, drafter_help: str) -> None:
     p.add_argument("--profile", default=None,
                    help="latency profile JSON for cost-aware/taps/copy rounds (default: the one `taps profile` saved "
                         "for this target, dtype and kernel; without one they warn and use a stated default)")
+    p.add_argument("--static-profile", action="store_true",
+                   help="keep the latency profile as measured; by default its levels are refitted from the times "
+                        "the rounds themselves take (taps.costmodel.OnlineProfile)")
     p.add_argument("--scorer", default=None,
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "

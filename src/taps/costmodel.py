@@ -24,7 +24,7 @@ import platform
 import statistics
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -39,7 +39,8 @@ from taps.quantize import scheme_of
 from taps.tree import Tree
 from taps.weightonly import target_quant_of
 
-if TYPE_CHECKING:  # only the interface is used: this module sits below the target adapter
+if TYPE_CHECKING:  # only the interfaces are used: this module sits below the target adapter and the loop
+    from taps.decode import Round
     from taps.target import Target
 
 FORMAT = "taps-latency-profile"
@@ -199,6 +200,88 @@ class LatencyProfile:
         return profile
 
 
+class OnlineProfile:
+    """A latency profile refitted from the rounds the decode loop itself times (docs/method.md 3.3).
+
+    A profile measured once can mislead the size cut: one first-call outlier pooled by the
+    isotonic fit read "3 to 31 nodes cost 270 ms" where the loop measured 192 ms for 8 nodes
+    and 215 ms for 19 (issue 22), so taps grew its trees too far. This wrapper keeps the
+    measured `prior` and corrects it where rounds show otherwise:
+
+    - each round gives a log ratio log(observed / prior), at the round's own tree size n and
+      context (the prior is read there, so what is learnt is the level, not the context trend);
+    - the first round of every distinct n is dropped: a new shape pays one-off costs (kernel
+      selection, allocator growth) that later rounds of that shape never pay;
+    - a size's correction is the median of its last `window` ratios (a page fault or another
+      process taking the core moves a mean, not a median; the window follows drift), shrunk by
+      k / (k + shrink), for the k rounds of that size seen in all, toward the pooled correction
+      of all sizes (itself shrunk toward 1 the same way): a size seen twice reads like its
+      neighbours, not like a prior the neighbours refuted, and one seen often reads as measured;
+    - prior sizes with no rounds of their own take the pooled correction.
+
+    Invariant: with no observations `at_context(c)` reads as `prior.at_context(c)`; every read
+    is a `LatencyProfile` (the policies need not know it learns), and that profile's isotonic
+    fit keeps the refitted curve non-decreasing in n.
+    """
+
+    def __init__(self, prior: LatencyProfile, window: int = 32, shrink: float = 3.0):
+        if window < 1 or shrink < 0:
+            raise ValueError(f"need window >= 1 and shrink >= 0, got {window}, {shrink}")
+        self.prior, self.window, self.shrink = prior, window, shrink
+        self.info = prior.info
+        self.ratios: dict[int, list[float]] = {}  # tree size -> log ratios of its last rounds, newest last
+        self.draft_ratios: list[float] = []
+        self.counts: dict[int | None, int] = {}  # rounds seen per tree size (None: drafts), beyond the window
+        self._seen: set[int] = set()  # tree sizes whose first (one-off) round was dropped
+        self._memo: dict[int | None, LatencyProfile] = {}
+
+    def _push(self, ratios: list[float], value: float, key: int | None) -> None:
+        ratios.append(value)
+        del ratios[: -self.window]
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def add(self, n: int, verify_seconds: float, draft_seconds: float | None = None, context: int | None = None) -> None:
+        """One round: a tree of n drafted nodes verified in `verify_seconds`, after a drafter
+        call of `draft_seconds` (None: no block pass this round, e.g. a copy or ar round)."""
+        if n not in self._seen:
+            self._seen.add(n)
+            return
+        base = self.prior.at_context(context)
+        if verify_seconds > 0:
+            self._push(self.ratios.setdefault(n, []), float(np.log(verify_seconds / base.t_verify(n))), n)
+        if draft_seconds is not None and draft_seconds > 0 and base.draft_seconds > 0:
+            self._push(self.draft_ratios, float(np.log(draft_seconds / base.draft_seconds)), None)
+        self._memo.clear()
+
+    def observe(self, r: Round) -> None:
+        """A round of the decode loop (taps.decode.Round): its verify stage, and its draft stage
+        when the round called the drafter's block pass alone (a rollout round's time depends on
+        its steps, which the profile's t_draft does not model)."""
+        p = r.proposal
+        drafted = p is not None and p.fixed is None and p.draft_seconds is None
+        self.add(r.tree.n_draft, r.seconds[2], r.seconds[0] if drafted else None, r.context)
+
+    def _log_correction(self, logs: list[float], k: int, toward: float = 0.0) -> float:
+        """The median of `logs` after k rounds in all, shrunk toward `toward` (log space)."""
+        if not logs:
+            return toward
+        w = k / (k + self.shrink)
+        return float(w * np.median(logs) + (1 - w) * toward)
+
+    def at_context(self, context: int | None) -> LatencyProfile:
+        """The prior read at `context`, refitted by the rounds seen so far (memoised until the next round)."""
+        key = None if context is None else max(0, round(context / 32)) * 32
+        if key not in self._memo:
+            base = self.prior.at_context(key)
+            pooled = self._log_correction([x for logs in self.ratios.values() for x in logs],
+                                          sum(k for n, k in self.counts.items() if n is not None))
+            own = {n: self._log_correction(logs, self.counts[n], pooled) for n, logs in self.ratios.items()}
+            sizes = sorted(set(base.sizes) | set(own))
+            seconds = tuple(base.t_verify(n) * float(np.exp(own.get(n, pooled))) for n in sizes)
+            draft = base.draft_seconds * float(np.exp(self._log_correction(self.draft_ratios, self.counts.get(None, 0))))
+            self._memo[key] = LatencyProfile(tuple(sizes), seconds, draft, base.info)
+        return self._memo[key]
+
 def _read_line(xs: Sequence[int], ys: Sequence[float], x: float) -> float:
     """The least-squares line through (xs, ys) at max(x, min(xs)); a falling fit is read as flat
     at the mean of ys."""
@@ -265,15 +348,37 @@ def random_tree(n: int, root: int, vocab: int, gen: torch.Generator) -> Tree:
     return Tree.from_lists(tokens, parents)
 
 
+STABLE_WITHIN = 0.05  # the two halves of a point's timings agree within this share of its median
+MOST_REPEATS = 4  # a point is timed at most this many times its `repeats`
+
+
+def stable_median(time_once: Callable[[], float], repeats: int, warmup: int) -> float:
+    """The median of `time_once()` after `warmup` untimed calls (a new shape's first calls pay
+    kernel selection and allocation), timed `repeats` times and then again until the medians of
+    the first and second half of the timings agree within STABLE_WITHIN, or MOST_REPEATS x
+    repeats timings: a point read while another process held the core is timed until it settles
+    (one such point, smoothed by the isotonic fit, once flattened a whole curve, issue 22)."""
+    for _ in range(warmup):
+        time_once()
+    times = [time_once() for _ in range(repeats)]
+    while len(times) < MOST_REPEATS * repeats:
+        half = len(times) // 2
+        first, second = statistics.median(times[:half] or times), statistics.median(times[half:])
+        if abs(first - second) <= STABLE_WITHIN * statistics.median(times):
+            break
+        times.append(time_once())
+    return statistics.median(times)
+
+
 def _median_verify_seconds(target: Target, tree: Tree, repeats: int, warmup: int) -> float:
-    times = []
-    for i in range(warmup + repeats):
+    def once() -> float:
         t0 = time.perf_counter()
         target.forward_tree(tree)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
         target.commit([], tree.n_nodes)  # drop the tree's entries: the context is unchanged
-    return statistics.median(times)
+        return seconds
+
+    return stable_median(once, repeats, warmup)
 
 
 def measure_profile(
@@ -286,8 +391,9 @@ def measure_profile(
     seed: int = 0,
 ) -> LatencyProfile:
     """Time `target.forward_tree` on random trees of each size after a random context of each
-    length (median of `repeats` after `warmup` untimed runs), and the drafter's `draft` call in
-    a steady-state round at each context length. The curve's points are the mean over context
+    length (median of at least `repeats` timings after `warmup` untimed runs, more until they
+    settle: `stable_median`), and the drafter's `draft` call in a steady-state round at each
+    context length. The curve's points are the mean over context
     lengths; the per-length series stay in `info` for `LatencyProfile.at_context`. Without a
     drafter, t_draft is 0 and the profile's note says so.
 
@@ -298,8 +404,8 @@ def measure_profile(
     sizes, context_lengths = tuple(sizes), tuple(context_lengths)
     if not sizes or not context_lengths or repeats < 1 or warmup < 0:
         raise ValueError("measure_profile needs sizes, context lengths, repeats >= 1 and warmup >= 0")
-    # the deepest random tree is a chain of max(sizes); the drafter's rounds add warmup + repeats tokens
-    longest = max(context_lengths) + max(max(sizes), warmup + repeats) + 1
+    # the deepest random tree is a chain of max(sizes); the drafter's rounds add up to warmup + MOST_REPEATS x repeats
+    longest = max(context_lengths) + max(max(sizes), warmup + MOST_REPEATS * repeats) + 1
     if min(context_lengths) < 1 or longest >= target.max_positions:
         raise ValueError(
             f"context lengths {context_lengths} with sizes up to {max(sizes)} overflow the target's "
@@ -339,17 +445,17 @@ def _median_draft_seconds(target: Target, drafter, ids: list[int], features, rep
     ids = list(ids)
     drafter.start(ids)
     drafter.draft(ids, features)  # the first call sees the whole context's features
-    times = []
-    for i in range(warmup + repeats):
+
+    def once() -> float:
         out = target.forward_tree(Tree.root_only(ids[-1]))
         target.commit([0], 1)
         ids.append(int(out.logits[0].argmax()))
         new_features = out.features[[0]] if out.features is not None else None
         t0 = time.perf_counter()
         drafter.draft(ids, new_features)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        return time.perf_counter() - t0
+
+    return stable_median(once, repeats, warmup)
 
 
 def profile_path(target: str, dtype: str, linear: str | None = None, drafter_quant: str = "none",

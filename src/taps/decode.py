@@ -128,6 +128,8 @@ class Round:
     logits: torch.Tensor  # [n_nodes, vocab] the target's logits at every tree node
     verdict: Verdict  # the accepted path and the bonus token
     committed: list[int]  # tokens this round added to the output (accepted + bonus, cut at a stop token)
+    context: int  # cached tokens before the root when the round began
+    seconds: tuple[float, float, float, float]  # this round's time in each of STAGES (propose, select, verify, commit)
 
 
 def default_stop_ids(target: Target) -> tuple[int, ...]:
@@ -183,6 +185,7 @@ def rounds(
         if remaining <= 0:
             stats.finish_reason = "length" if stats.new_tokens >= cfg.max_new_tokens else "context"
             return
+        context = len(ids) - 1  # cached tokens before the root
         t0 = clock()
         proposal = proposer.propose(ids, remaining - 1, cfg.budget)  # 3. propose
         t1 = clock()
@@ -201,8 +204,9 @@ def rounds(
         committed = emitted[:cut]
         ids += committed
         proposer.observe(tree, committed, None if out.features is None else out.features[keep])
-        stats.add_round(committed, tree, proposal, (t1 - t0, t2 - t1, t3 - t2, clock() - t3))
-        yield Round(proposal, tree, out.logits, verdict, committed)
+        seconds = (t1 - t0, t2 - t1, t3 - t2, clock() - t3)
+        stats.add_round(committed, tree, proposal, seconds)
+        yield Round(proposal, tree, out.logits, verdict, committed, context, seconds)
         if committed[-1] in stop:
             stats.finish_reason = "stop"
             return

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from taps.costmodel import LatencyProfile, default_profile, saved_profile
+from taps.costmodel import LatencyProfile, OnlineProfile, default_profile, saved_profile
 from taps.decode import DecodeConfig, GenerationResult, Round, Stats, check_drafter, generate, rounds
 from taps.drafters import TEST_DRAFTERS, Drafter, load_drafter, shipped_drafter, shipped_scorer
 from taps.drafters.sibling import load_sibling
@@ -60,6 +60,7 @@ def load(
     rollout: Rollout = Rollout(),
     flush_denormal: bool = True,
     reuse_prefix: bool = True,
+    adapt_profile: bool = True,
     verbose: bool = False,
 ) -> Speculator:
     """A ready speculative decoder.
@@ -85,6 +86,9 @@ def load(
         (8x faster float32 decoding on x86 here; pass False to leave torch's setting alone).
     reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
         next turn); False: every call prefills its whole prompt (benchmarks).
+    adapt_profile: refit the profile's levels from the times the rounds themselves measure
+        (taps.costmodel.OnlineProfile: medians per tree size, first rounds of a size dropped);
+        False keeps the profile as measured.
     verbose: show transformers' progress bars while loading (quiet by default).
     """
     from taps.assets import DTYPES, MODELS, load_model, packaged_name
@@ -156,6 +160,8 @@ def load(
         log.info("no latency profile measured for %s in %s on this machine: tree sizes use the stated default "
                  "(%s); run `taps profile --target %s --dtype %s` once for sizes fitted to it",
                  name, dtype, profile.info.note, name, dtype)
+    if adapt_profile:
+        profile = OnlineProfile(profile)
     if scorer is None or scorer is True:
         scorer = shipped_scorer(folder)
     if isinstance(scorer, (str, Path)):
@@ -168,7 +174,7 @@ class Speculator:
     """A target and its drafter, ready to decode; see `load`."""
 
     def __init__(self, target: Target, drafter: Drafter | None, method: str = "taps", budget: int | None = None,
-                 profile: LatencyProfile | None = None, scorer: Scorer | None = None, name: str = "",
+                 profile: LatencyProfile | OnlineProfile | None = None, scorer: Scorer | None = None, name: str = "",
                  rollout: Rollout = Rollout(), drafter_name: str | None = None, reuse_prefix: bool = True):
         self.target, self.drafter, self.profile, self.scorer = target, drafter, profile, scorer
         self.method, self.budget, self.name, self.rollout = method, budget, name, rollout
@@ -218,7 +224,7 @@ class Speculator:
         `last_result` holds the GenerationResult."""
         cfg = self.config(method=method, budget=budget, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_p=top_p, top_k=top_k, seed=seed)
-        return self._run(self.encode(prompt, chat), cfg, tuple(stop or ()), on_round)
+        return self._run(self.encode(prompt, chat), cfg, tuple(stop or ()), self._observed(on_round))
 
     def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, seed: int = 0, stop: Sequence[str] | None = None, method: str | None = None,
@@ -230,6 +236,7 @@ class Speculator:
         cfg = self.config(method=method, budget=budget, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_p=top_p, top_k=top_k, seed=seed)
         ids = self.encode(prompt, chat)
+        on_round = self._observed(on_round)
         if streamer is not None:
             streamer.put(torch.tensor(ids))  # transformers' streamers skip the prompt they are given first
 
@@ -248,6 +255,20 @@ class Speculator:
         if streamer is not None:
             streamer.end()
         return self.last_result
+
+    def _observed(self, on_round: Callable[[Round], None] | None) -> Callable[[Round], None] | None:
+        """`on_round`, preceded by the profile's own observation when it learns from rounds."""
+        if not isinstance(self.profile, OnlineProfile):
+            return on_round
+        learn = self.profile.observe
+        if on_round is None:
+            return learn
+
+        def both(r: Round) -> None:
+            learn(r)
+            on_round(r)
+
+        return both
 
     def _run(self, ids: list[int], cfg: DecodeConfig, stop: tuple[str, ...],
              on_round: Callable[[Round], None] | None) -> Iterator[str]:

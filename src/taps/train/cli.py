@@ -7,6 +7,7 @@ The CLI parses and prints; taps.train computes and returns. `add_commands` adds 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from taps.cli_options import SEED, bounded, csv_of
 
@@ -15,7 +16,8 @@ def _gen_data(args) -> int:
     from taps.train.data import append_text_sequences, generate_data
 
     result = generate_data(args.target, args.out, args.prompts, max_new_tokens=args.max_new_tokens,
-                           batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True)
+                           batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True,
+                           temperature=args.temperature)
     print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} generated now), "
           f"{result.tokens} tokens")
     if args.text_tokens:
@@ -77,58 +79,111 @@ TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every 
 TRAIN_REQUIRED = ("target", "data", "out", "mask_token_id", "progress")  # options of their own
 
 
-def _train_drafter(args) -> int:
-    from pathlib import Path
+DEFAULT_PROMPTS = 1000  # prompts answered when no --data is given: ~150K answer tokens, hours of a CPU
 
+
+def default_run(target: str) -> Path:
+    """Where `taps train-drafter --target X` trains when no --out is given: under the taps home."""
+    from taps.assets import taps_home
+
+    return taps_home() / "drafters" / target.strip("/").replace("/", "--")
+
+
+def _mask_token(target: str, given: int | None) -> int:
+    """--mask-token-id, else the first unused special token of the target's tokenizer (said)."""
+    if given is not None:
+        return given
+    from transformers import AutoTokenizer
+
+    from taps.assets import resolve
+
+    candidates = mask_token_candidates(AutoTokenizer.from_pretrained(resolve(target)))
+    if not candidates:
+        raise ValueError(f"{target}'s tokenizer has no unused special token to fill drafter blocks with: pass "
+                         "--mask-token-id (a token the target never needs, never pad or eos)")
+    token, text = candidates[0]
+    others = ", ".join(f"{i} {t!r}" for i, t in candidates[1:])
+    print(f"block filler (mask token): {token} {text!r}, the first unused special token; others: {others or 'none'}; "
+          "choose with --mask-token-id")
+    return token
+
+
+def _train_drafter(args) -> int:
     from taps.train.drafter import LOG_FILE, TrainDrafterConfig, train_drafter
 
-    if args.mask_token_id is None:
-        from transformers import AutoTokenizer
-
-        from taps.assets import resolve
-
-        tokenizer = AutoTokenizer.from_pretrained(resolve(args.target))
-        listing = ", ".join(f"{i} {tok!r}" for i, tok in mask_token_candidates(tokenizer)) or "none found"
-        raise ValueError(
-            "--mask-token-id is required: the drafter's block filler, a token the target never needs "
-            f"(never pad or eos). Unused special tokens of {args.target}'s tokenizer: {listing}"
-        )
+    out = Path(args.out) if args.out else default_run(args.target)
+    data = Path(args.data) if args.data else out / "data.jsonl"
+    prompts = DEFAULT_PROMPTS if args.prompts is None and args.data is None else args.prompts
+    if prompts is None and not data.is_file():
+        raise ValueError(f"no data file {data}; make it with `taps gen-data` or pass --prompts N")
     fields = {name: getattr(args, name) for name in TRAIN_HELP}
-    cfg = TrainDrafterConfig(target=args.target, data=args.data, out=args.out, mask_token_id=args.mask_token_id,
+    TrainDrafterConfig(target=args.target, data=str(data), out=str(out), mask_token_id=0, **fields)  # bad options: now
+    cfg = TrainDrafterConfig(target=args.target, data=str(data), out=str(out),
+                             mask_token_id=_mask_token(args.target, args.mask_token_id),
                              progress=not args.no_progress, **fields)
-    if args.prompts is not None:
+    print(f"run folder: {out}; data: {data}" + (f" ({prompts} prompts)" if prompts is not None else ""))
+    if prompts is not None:
         from taps.train.data import generate_data
 
         # resumable and a no-op once complete: the data are generated once and reused after
-        result = generate_data(args.target, args.data, args.prompts, max_new_tokens=args.gen_max_new_tokens,
+        data.parent.mkdir(parents=True, exist_ok=True)
+        result = generate_data(args.target, data, prompts, max_new_tokens=args.gen_max_new_tokens,
                                batch_size=args.gen_batch_size, dtype=args.gen_dtype, seed=args.gen_seed,
                                progress=not args.no_progress)
         if result.generated:
             print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} now), {result.tokens} tokens")
-    elif not Path(args.data).is_file():
-        raise ValueError(f"no data file {args.data}; make it with `taps gen-data` or pass --prompts N")
     result = train_drafter(cfg)
     print(f"drafter saved in {result.drafter_dir} (step {result.step} of {result.total_steps})")
-    if result.step < result.total_steps:
-        print("stopped early: rerun the same command to resume")
-    log = Path(args.out) / LOG_FILE
+    log = out / LOG_FILE
     lines = [line for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
     evals = [line for line in lines if "eval_loss" in json.loads(line)]
     print(f"last evaluation: {evals[-1] if evals else (lines[-1] if lines else '-')}")
+    if result.step < result.total_steps:
+        print("stopped early: rerun the same command to resume")
+    elif args.scorer_prompts:
+        _train_drafters_scorer(args, result.drafter_dir, out)
+    print(f"use it: taps generate --target {args.target} --drafter {result.drafter_dir} --prompt ...")
     return 0
+
+
+def _train_drafters_scorer(args, drafter_dir: Path, out: Path) -> None:
+    """The edge scorer for a finished drafter, kept in its folder when it passes the guard
+    (taps.train.scorer.check_guard); otherwise the drafter ships without one and taps scores by
+    its plain marginals."""
+    import shutil
+
+    from taps.drafters.loading import SCORER_DIR
+    from taps.train.scorer import ScorerGuardError, TrainScorerConfig, train_scorer
+
+    if (drafter_dir / SCORER_DIR).is_dir():
+        return  # trained by an earlier run of this command
+    n = args.scorer_prompts
+    cfg = TrainScorerConfig(target=args.target, drafter=str(drafter_dir), out=str(out / "scorer-run"), prompts=n,
+                            eval_prompts=n // 8 or min(1, n - 1),  # the guard's held-out prompts
+                            prompt_seed=args.gen_seed + 1, dtype=args.dtype, progress=not args.no_progress)
+    try:
+        result = train_scorer(cfg)
+    except ScorerGuardError as err:
+        print(f"edge scorer not kept: {err}")
+        return
+    shutil.copytree(result.scorer_dir, drafter_dir / SCORER_DIR)
+    print(f"edge scorer saved in {drafter_dir / SCORER_DIR} (passed the held-out guard; log: {result.log_path})")
 
 
 def _add_gen_data(sub) -> None:
     from taps.assets import DTYPES
 
-    d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy answers to training prompts")
+    d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy or sampled answers to training prompts")
     d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
     d.add_argument("--out", required=True, help="JSONL file of {prompt_index, prompt, ids, n_prompt}; a rerun resumes")
     d.add_argument("--prompts", type=bounded(int, 0), required=True, help="training prompts to answer (a larger N later adds more; 0 with --text-tokens: text only)")
     d.add_argument("--max-new-tokens", type=bounded(int, 1), default=256, help="longest answer (256)")
     d.add_argument("--batch-size", type=bounded(int, 1, 4096), default=8, help="prompts per left-padded generate call (8)")
     d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
-    d.add_argument("--seed", type=SEED, default=0, help="which training prompts, in which order (0)")
+    d.add_argument("--seed", type=SEED, default=0, help="which training prompts, in which order, and the draws (0)")
+    d.add_argument("--temperature", type=bounded(float, 0.0, 100.0), default=0.0,
+                   help="0: greedy answers (default); > 0: answers sampled at this temperature, so the drafter "
+                        "also learns the law sampled decoding verifies against (use another --out than greedy's)")
     d.add_argument("--text-tokens", type=bounded(int, 0), default=0, help="also add N tokens of raw stdlib source (0)")
     d.add_argument("--text-seq-len", type=bounded(int, 2), default=512, help="tokens per stdlib text sequence (512)")
     d.set_defaults(func=_gen_data)
@@ -140,15 +195,22 @@ def _add_train_drafter(sub) -> None:
     from taps.assets import DTYPES
     from taps.train.drafter import ANCHOR_REGIONS, KINDS, TrainDrafterConfig
 
-    t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target on JSONL data")
+    t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target: its own answers as "
+                                             "data, the drafter, its edge scorer; rerun to resume")
     t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
-    t.add_argument("--data", required=True, help='JSONL of {"ids": [...]} records (from `taps gen-data`)')
-    t.add_argument("--out", required=True, help="run folder: state.pt (resume), drafter/, log.jsonl")
+    t.add_argument("--out", default=None, help="run folder: data.jsonl, state.pt (resume), drafter/, log.jsonl "
+                                                "(default: $TAPS_HOME/drafters/TARGET)")
+    t.add_argument("--data", default=None, help='JSONL of {"ids": [...]} records, from `taps gen-data` '
+                                                f"(default: OUT/data.jsonl, made with --prompts {DEFAULT_PROMPTS})")
     t.add_argument("--mask-token-id", type=bounded(int, 0), default=None,
-                   help="block filler token id: an unused special token (required; omit it to see candidates)")
+                   help="block filler token id: an unused special token (default: the tokenizer's first one, said)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     t.add_argument("--prompts", type=bounded(int, 0), default=None,
-                   help="first run `gen-data` for N prompts into --data (resumed, then reused)")
+                   help="first run `gen-data` for N prompts into --data (resumed, then reused; "
+                        f"default {DEFAULT_PROMPTS} when --data is not given)")
+    t.add_argument("--scorer-prompts", type=bounded(int, 0), default=64,
+                   help="once the drafter is trained, record this many prompts and train its edge scorer, kept "
+                        "in drafter/scorer if it beats the plain marginals on held-out prompts (0: none; 64)")
     t.add_argument("--gen-max-new-tokens", type=bounded(int, 1), default=256, help="with --prompts: longest answer (256)")
     t.add_argument("--gen-batch-size", type=bounded(int, 1, 4096), default=8, help="with --prompts: prompts per generate call (8)")
     t.add_argument("--gen-dtype", choices=list(DTYPES), default="float32", help="with --prompts: float32 or bfloat16")

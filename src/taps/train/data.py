@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from taps.records import RecordFile, read_settings
+from taps.train.eta import say_estimate
 from taps.train.overlap import check_no_eval_overlap
 from taps.train.prompts import DEFAULT_MIX, training_prompt_records
 from taps.train.stdlib import stdlib_files
@@ -41,19 +43,22 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 
 def generate_batch(model: PreTrainedModel, batch: Sequence[Sequence[int]], pad_id: int, eos_ids: set[int],
-                   max_new_tokens: int) -> list[list[int]]:
-    """Greedy responses to a batch of prompt ids, left-padded into one `generate` call. Each
-    response is cut after its first eos (kept: the drafter learns where answers end), so no
-    padding is ever returned."""
+                   max_new_tokens: int, temperature: float = 0.0) -> list[list[int]]:
+    """Responses to a batch of prompt ids, left-padded into one `generate` call: greedy at
+    temperature 0, else drawn from the target's full distribution at that temperature (no top-k
+    or top-p: the drafter learns the law speculative sampling verifies against; seed the draws
+    with torch.manual_seed first). Each response is cut after its first eos (kept: the drafter
+    learns where answers end), so no padding is ever returned."""
     import torch
     from transformers import GenerationConfig
 
     width = max(len(ids) for ids in batch)
     input_ids = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in batch])  # [B, width]
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])  # [B, width]
-    # a clean config: plain greedy, whatever sampling or penalties the model's own config sets
-    config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad_id,
-                              eos_token_id=sorted(eos_ids) or None)
+    # a clean config: whatever sampling or penalties the model's own config sets, only ours apply
+    sampled = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
+    config = GenerationConfig(max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=sorted(eos_ids) or None,
+                              **sampled)
     with torch.inference_mode():
         out = model.generate(input_ids, attention_mask=mask, generation_config=config)  # [B, width + T]
     responses = []
@@ -74,15 +79,18 @@ class GenDataResult:
 def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int, max_new_tokens: int = 256,
                   batch_size: int = 8, dtype: str = "float32", seed: int = 0, progress: bool = True, *,
                   model: PreTrainedModel | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
-                  check_overlap: bool = True, mix: dict[str, float] | None = None) -> GenDataResult:
-    """Self-distillation data: the target's greedy answers to the first n_prompts training prompts,
+                  check_overlap: bool = True, mix: dict[str, float] | None = None,
+                  temperature: float = 0.0) -> GenDataResult:
+    """Self-distillation data: the target's answers to the first n_prompts training prompts (greedy
+    at temperature 0; sampled at temperature > 0, each batch's draws seeded by `seed` and its first
+    prompt index, so a resumed file holds the answers an uninterrupted run would have),
     appended to the records file out_path (taps.records) as {"prompt_index", "source", "prompt",
     "ids": prompt ids + response ids, "n_prompt"} lines, fsynced per batch. Rerunning resumes:
     prompts already answered are skipped (a torn last line is cut off first); a larger n_prompts
     adds the next prompts.
 
-    The settings that shape the data (target, seed, mix, max_new_tokens, dtype) are pinned in
-    the file; resuming with others is an error. `model`/`tokenizer` replace loading
+    The settings that shape the data (target, seed, mix, max_new_tokens, dtype, temperature) are
+    pinned in the file; resuming with others is an error. `model`/`tokenizer` replace loading
     `target_name` (tests, notebooks)."""
     import torch
     from tqdm import tqdm
@@ -93,8 +101,12 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if n_prompts < 0 or max_new_tokens < 1 or batch_size < 1:
         raise ValueError("n_prompts must be >= 0, max_new_tokens and batch_size >= 1")
+    if not 0 <= temperature <= 100:
+        raise ValueError(f"temperature must be in [0, 100], got {temperature}")
     settings = {"target": target_name, "seed": seed, "mix": dict(DEFAULT_MIX if mix is None else mix),
                 "max_new_tokens": max_new_tokens, "dtype": dtype}
+    if temperature > 0:  # greedy files, made before sampling existed, pin no temperature
+        settings["temperature"] = temperature
     store = RecordFile.open(out_path, settings, remedy="choose a new --out")
     prompts = training_prompt_records(n_prompts, seed, mix)
     done = set()
@@ -132,9 +144,13 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     torch.set_flush_denormal(True)
     generated = tokens = 0
     bar = tqdm(total=n_prompts, initial=n_prompts - len(pending), disable=not progress, desc="gen-data", unit="prompt")
-    for batch in batches:
+    started = time.perf_counter()
+    for b, batch in enumerate(batches):
+        torch.manual_seed(seed * 1_000_003 + batch[0])
         responses = generate_batch(model, [prompt_ids[i] for i in batch], tokenizer.pad_token_id, eos_ids,
-                                   max_new_tokens)
+                                   max_new_tokens, temperature)
+        if b == 0 and len(batches) > 1:
+            say_estimate("gen-data", time.perf_counter() - started, 1, len(batches) - 1, "batch")
         new = [{"prompt_index": i, "source": prompts[i].source, "prompt": prompts[i].text,
                 "ids": prompt_ids[i] + resp, "n_prompt": len(prompt_ids[i])} for i, resp in zip(batch, responses)]
         store.extend(new)

@@ -24,6 +24,7 @@ from taps.drafters import KINDS
 from taps.drafters.base import Trainee
 from taps.files import output_folder
 from taps.records import is_header
+from taps.train.eta import say_estimate
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -334,6 +335,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
     if step == 0:
         log({"train_loss": None})  # the untrained baseline
     bar = tqdm(total=total, initial=step, disable=not cfg.progress, desc="train-drafter", unit="step")
+    first, loop_start = step, time.perf_counter()
     while step < stop:
         epoch, index = divmod(step, steps_per_epoch)
         chosen = epoch_order(len(train), cfg.seed, epoch)[index * cfg.sequences_per_step : (index + 1) * cfg.sequences_per_step]
@@ -344,6 +346,8 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        if step == first + 1 and stop > step:
+            say_estimate("train-drafter", time.perf_counter() - loop_start, 1, stop - step, "step")
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses) / len(losses):.3f}")
         if step % cfg.eval_every == 0 or step == total:

@@ -21,7 +21,11 @@ Training. `EdgeScorer` with `taps.scorer.train_step` (AdamW) on pools of the tra
 the traces of `eval_prompts` prompts (chosen by seed) are held out, and `out/log.jsonl` gets one
 line per epoch (epoch 0 = before training, i.e. the plain marginal scorer) with the held-out
 loss and a calibration pair: mean predicted q_reach vs the actual on-path rate over held-out
-pool nodes. The scorer is saved with `EdgeScorer.save(out/scorer)`.
+pool nodes, and the tokens a round would accept if each held-out pool were cut to the
+`guard_nodes` nodes the scorer ranks first (`accepted_at_size`). The scorer is saved with
+`EdgeScorer.save(out/scorer)` only if it passes the guard: on those held-out prompts it accepts at
+least as many tokens per round at that size as the plain marginals (epoch 0) do; a scorer that
+does not generalise would make taps' trees worse than DDTree's (issue 22 measured one).
 """
 
 from __future__ import annotations
@@ -93,12 +97,14 @@ class TrainScorerConfig:
     buckets: int = 4096  # scorer: rows of the hashed token embedding (ScorerConfig.buckets)
     hidden: int = 64  # scorer: width of the edge and none MLPs (ScorerConfig.hidden)
     seed: int = 0  # sampling draws while recording (temperature > 0), held-out split, batch order, scorer init
+    guard_nodes: int = 32  # the guard's tree size: held-out pools cut to this many nodes by each scorer
     progress: bool = True  # show progress bars
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name in ("prompts", "max_new_tokens", "k", "pool_size", "epochs", "batch_pools", "buckets", "hidden"):
+        for name in ("prompts", "max_new_tokens", "k", "pool_size", "epochs", "batch_pools", "buckets", "hidden",
+                     "guard_nodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.eval_prompts < 0 or self.prompt_seed < 0 or self.seed < 0:
@@ -143,6 +149,8 @@ HELP = {  # one line per TrainScorerConfig option of `taps train-scorer` (bool f
     "buckets": "scorer: hashed token embedding rows",
     "hidden": "scorer: MLP width",
     "seed": "sampling draws (temperature > 0), held-out split, batch order, scorer init",
+    "guard_nodes": "the guard: at this many nodes the trained scorer must accept at least as many tokens per round "
+                   "on held-out prompts as the plain marginals, else it is not saved",
     "progress": "no progress bars",
 }
 
@@ -164,6 +172,45 @@ def evaluate(scorer: EdgeScorer, examples: Sequence[ScorerExample], bce_weight: 
     reach = log_reach(log_q, f.parents, f.depths).exp()[known]
     return {"loss": loss.total.item(), "kl": loss.kl.item(), "bce": loss.bce.item(),
             "mean_q_reach": reach.mean().item(), "on_path_rate": labels.accepted[known].float().mean().item()}
+
+
+@torch.no_grad()
+def accepted_at_size(scorer: EdgeScorer, examples: Sequence[ScorerExample], nodes: int) -> float:
+    """Mean tokens a round accepts (bonus excluded) when each pool is cut to the `nodes` drafted
+    nodes of highest q_reach under `scorer`: the policy's fixed-size selection, replayed on
+    recorded pools. The cut is prefix-closed (q_cond <= 1, so a child never outranks its
+    parent; equal reach goes to the shallower node), and the accepted path's nodes inside a
+    prefix-closed set are a prefix of it, so their count is what verification would accept."""
+    if not examples:
+        return 0.0
+    f = EdgeFeatures.concat([ex.features for ex in examples])
+    labels = ScorerLabels.concat([ex.labels for ex in examples])
+    log_q, _ = scorer(f)
+    reach = log_reach(log_q, f.parents, f.depths)  # [n]
+    on_path = labels.accepted * labels.accepted_known  # [n]
+    total, start = 0.0, 0
+    for ex in examples:
+        end = start + ex.features.parents.shape[0]
+        drafted = (f.parents[start:end] >= 0).nonzero().squeeze(1) + start  # [m]
+        rank = sorted(drafted.tolist(), key=lambda i: (-float(reach[i]), int(f.depths[i])))[:nodes]
+        total += float(on_path[rank].sum())
+        start = end
+    return total / len(examples)
+
+
+class ScorerGuardError(ValueError):
+    """The trained scorer selects worse trees than the plain marginals on held-out prompts."""
+
+
+def check_guard(line: dict, marginal: dict, nodes: int, log_path: Path) -> None:
+    """Raise ScorerGuardError when the trained scorer's held-out log `line` accepts fewer tokens
+    per round at `nodes` nodes than the untrained (marginal) scorer's line `marginal`."""
+    key = f"eval_accepted_at_{nodes}"
+    if key in line and line[key] < marginal[key]:
+        raise ScorerGuardError(
+            f"the trained scorer accepts {line[key]:.3f} tokens per round at {nodes} nodes on held-out prompts, the "
+            f"plain marginals {marginal[key]:.3f}: not saved (log: {log_path}); record more or more varied prompts "
+            "(--prompts), train fewer --epochs, or decode with --scorer none")
 
 
 @dataclass(frozen=True)
@@ -190,7 +237,8 @@ def train_scorer(
     """Record traces (once; reused when present), train an EdgeScorer, save it to out/scorer.
 
     prompts/target/drafter: see `record_traces` (given prompts replace cfg.prompts/prompt_seed).
-    The log is rewritten each run: it describes the scorer saved."""
+    The log is rewritten each run: it describes the scorer saved. Raises ScorerGuardError, saving
+    nothing, when the scorer loses to the plain marginals on the held-out prompts (`check_guard`)."""
     from tqdm import tqdm
 
     n_prompts = cfg.prompts if prompts is None else len(prompts)
@@ -210,6 +258,7 @@ def train_scorer(
     log_path = out / LOG_FILE
     log_path.write_text("")
     line: dict = {}
+    lines: list[dict] = []
     start = time.perf_counter()
     for epoch in tqdm(range(cfg.epochs + 1), disable=not cfg.progress, desc="train scorer", unit="epoch"):
         line = {"epoch": epoch, "train_pools": len(train), "eval_pools": len(held)}
@@ -226,9 +275,12 @@ def train_scorer(
         scorer.eval()
         if held:
             line.update({f"eval_{k}": v for k, v in evaluate(scorer, held, cfg.bce_weight).items()})
+            line[f"eval_accepted_at_{cfg.guard_nodes}"] = accepted_at_size(scorer, held, cfg.guard_nodes)
         line["seconds"] = round(time.perf_counter() - start, 3)
         with open(log_path, "a") as f:
             f.write(json.dumps(line) + "\n")
+        lines.append(line)
+    check_guard(line, lines[0], cfg.guard_nodes, log_path)
     scorer_dir = out / SCORER_DIR
     scorer.save(scorer_dir)
     return TrainScorerResult(scorer_dir, log_path, len(train), len(held), line)
