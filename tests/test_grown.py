@@ -238,3 +238,41 @@ def test_a_rollout_round_passes_its_own_drafting_time_to_the_policy(target):
              on_round=rounds.append)
     proposals = [r.proposal for r in rounds if r.proposal is not None]
     assert proposals and all(p.draft_seconds > 0 and p.context is not None for p in proposals)
+
+
+def test_keep_layers_spreads_the_kept_layers_and_renumbers_them_for_the_cache():
+    from taps.drafters.grown import keep_layers
+
+    full = tiny_model("qwen2", seed=1)  # 3 layers
+    originals = list(full.model.layers)
+    ids = torch.tensor([[5, 17, 33, 2, 9]])
+    same = keep_layers(copy_module.deepcopy(full), 3)  # all kept: the same model
+    assert torch.equal(same(ids).logits, full(ids).logits)
+    short = keep_layers(full, 2)
+    assert [originals.index(layer) for layer in short.model.layers] == [0, 2]
+    assert [layer.self_attn.layer_idx for layer in short.model.layers] == [0, 1]
+    assert short.config.num_hidden_layers == 2 and len(short.config.layer_types) == 2
+    # the KV cache indexes the kept layers: cached decoding equals full forwards
+    out = short.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=6, pad_token_id=0)
+    seq = ids
+    for _ in range(6):
+        seq = torch.cat([seq, short(seq).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(out, seq)
+    with pytest.raises(ValueError, match="between 1 and the base's 2 layers"):
+        keep_layers(short, 3)
+
+
+def test_a_grown_drafter_on_fewer_base_layers_trains_saves_and_decodes_losslessly(tmp_path, folders, sequences, target):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"ids": s}) + "\n" for s in sequences))
+    result = train_drafter(config(tmp_path, folders, data, base_layers=2))
+    cfg, _ = read_grown(result.drafter_dir)
+    assert cfg.base_layers == 2
+    tgt = Target(target)
+    drafter = load_drafter(str(result.drafter_dir), tgt)
+    assert len(drafter.model.model.layers) == 2
+    prompt = [5, 17, 33, 2]
+    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+                          max_new_tokens=20, pad_token_id=0)[0, 4:].tolist()
+    res = generate(tgt, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=20, stop_ids=()), drafter)
+    assert res.token_ids == ref

@@ -226,3 +226,41 @@ def test_bad_data_gives_clear_errors(tmp_path):
             load_sequences(path, 96, 64, "answer")
     with pytest.raises(ValueError, match="mask_token_id"):
         TrainDrafterConfig("t", "d", "o", mask_token_id=None)
+
+
+@pytest.mark.parametrize("which", ["last", "first"])
+def test_a_dflash_drafter_can_start_from_the_targets_own_layers(model, tmp_path, data_file, which):
+    import copy
+
+    from taps.drafters.dflash_training import copy_target_layers
+
+    source = copy.deepcopy(model)  # norms not all ones, so that copying them shows
+    with torch.no_grad():
+        for i, layer in enumerate(source.model.layers):
+            layer.input_layernorm.weight.fill_(2.0 + i)
+        source.model.norm.weight.fill_(7.0)
+    drafter = DFlashDrafterModel(DFlashConfig.for_target(model.config, MASK, 2, LAYERS, 8))
+    picked = copy_target_layers(drafter, source, which)
+    assert picked == ([1, 2] if which == "last" else [0, 1])
+    for mine, i in zip(drafter.layers, picked):
+        theirs = source.model.layers[i]
+        assert torch.equal(mine.self_attn.q_proj.weight, theirs.self_attn.q_proj.weight)
+        assert torch.equal(mine.mlp.down_proj.weight, theirs.mlp.down_proj.weight)
+        assert torch.equal(mine.input_layernorm.weight, theirs.input_layernorm.weight)
+        assert torch.equal(mine.self_attn.q_norm.weight, torch.ones_like(mine.self_attn.q_norm.weight))  # Llama has none
+    assert torch.equal(drafter.norm.weight, source.model.norm.weight) == (which == "last")
+    with pytest.raises(ValueError, match="more than the target's 3"):
+        copy_target_layers(DFlashDrafterModel(DFlashConfig.for_target(model.config, MASK, 4, LAYERS, 8)), model, which)
+    # through the trainer: the option is pinned with the run, and the result decodes losslessly
+    result = train_drafter(config(tmp_path, data_file, init_layers=which, epochs=1), model=model)
+    target = Target(model)
+    prompt = [5, 17, 33, 2]
+    res = generate(target, prompt, DecodeConfig("chain", budget=7, max_new_tokens=20, stop_ids=()),
+                   load_drafter(str(result.drafter_dir), target))
+    ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+                         max_new_tokens=20, pad_token_id=0)[0, 4:].tolist()
+    assert res.token_ids == ref
+    with pytest.raises(ValueError, match="init_layers must be one of random, last, first"):
+        config(tmp_path, data_file, init_layers="middle")
+    with pytest.raises(ValueError, match="init_layers"):
+        config(tmp_path, data_file, kind="grown", base="b", target_layer_ids=None, init_layers="last")  # not its option

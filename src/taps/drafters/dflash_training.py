@@ -128,6 +128,30 @@ class BlockObjective:
         return BlockLoss((1 - self.soft_label_weight) * out.loss + self.soft_label_weight * soft, out.correct, out.valid)
 
 
+@torch.no_grad()
+def copy_target_layers(drafter: DFlashDrafterModel, target: PreTrainedModel, which: str) -> list[int]:
+    """Start the drafter's n layers from the target's own last (or first) n decoder layers and
+    return their indices. From random initialisation a one-layer DFlash drafter on a CPU budget
+    never left token frequencies here (issue 22); the target's layers already map its hidden
+    states to next-token-ready ones. Every tensor whose name and shape the two layers share is
+    copied (attention and MLP weights, the two layer norms); what the target's layer lacks stays
+    as initialised (q_norm/k_norm of a Qwen2 or Llama target: ones), what the drafter lacks is
+    dropped (Qwen2's q/k/v biases). With "last", the final norm comes from the target too: the
+    drafter's output then meets the target's head as the target's own last layer does."""
+    layers = target.get_decoder().layers
+    n, total = len(drafter.layers), len(layers)
+    if n > total:
+        raise ValueError(f"the drafter has {n} layers, more than the target's {total} to start from")
+    picked = list(range(total - n, total)) if which == "last" else list(range(n))
+    for mine, i in zip(drafter.layers, picked):
+        own = mine.state_dict()
+        shared = {k: v for k, v in layers[i].state_dict().items() if k in own and own[k].shape == v.shape}
+        mine.load_state_dict(shared, strict=False)
+    if which == "last":
+        drafter.norm.weight.copy_(target.get_decoder().norm.weight)
+    return picked
+
+
 class DFlashTrainee:
     """A new DFlash model over the frozen target's features (the Trainee of kind "dflash");
     `train` is the training sequences' ids, which choose a draft vocabulary when one is asked for."""
@@ -142,6 +166,8 @@ class DFlashTrainee:
             raise ValueError(f"mask_token_id={cfg.mask_token_id} is not a row of the target's {rows}-row embedding table")
         torch.manual_seed(cfg.seed)
         self.module = DFlashDrafterModel(self.spec).train()
+        if cfg.init_layers != "random":
+            copy_target_layers(self.module, target_model, cfg.init_layers)
         self.target = target_model
         self.objective = BlockObjective(self.module, target_model, cfg.slot_gamma, cfg.soft_label_weight)
         self.soft_k = cfg.soft_label_top_k if cfg.soft_label_weight else 0

@@ -54,8 +54,11 @@ class GrownConfig:
     block_size: int = 8  # root + drafted positions; the drafter proposes block_size - 1
     lora_rank: int = 16  # rank of the adapters
     lora_alpha: int = 32  # adapter scale numerator (scale = alpha / rank)
+    base_layers: int | None = None  # decoder layers of the base kept (`keep_layers`); None: all
 
     def __post_init__(self):
+        if self.base_layers is not None and self.base_layers < 1:
+            raise ValueError(f"base_layers must be >= 1 (or None: all), got {self.base_layers}")
         if self.block_size < 2:
             raise ValueError(f"block_size must be >= 2 (a root and one drafted position), got {self.block_size}")
         if self.lora_rank < 1 or self.lora_alpha < 1:
@@ -68,6 +71,29 @@ def check_mask_token(cfg: GrownConfig, model: PreTrainedModel, source: str = "th
     rows = model.get_input_embeddings().weight.shape[0]
     if cfg.mask_token_id >= rows:
         raise ValueError(f"{source} has mask_token_id={cfg.mask_token_id}, not a row of the base's {rows}-row embedding table")
+
+
+def keep_layers(model: PreTrainedModel, n: int | None) -> PreTrainedModel:
+    """The base with only `n` of its L decoder layers (None: all), in place: spread evenly from
+    the first to the last (rounded; n = 1 keeps the first), the embedding, final norm and head
+    kept. A cheaper draft (issue 22): each layer dropped is 1/L of the base's forward, and the
+    adapters, trained on the shortened base, learn to bridge the gaps. Layers are renumbered
+    (`self_attn.layer_idx`, and `config.layer_types` where the config has one) so the KV cache
+    indexes the kept layers 0..n-1."""
+    if n is None:
+        return model
+    layers = model.get_decoder().layers
+    total = len(layers)
+    if not 1 <= n <= total:
+        raise ValueError(f"base_layers must be between 1 and the base's {total} layers, got {n}")
+    keep = [0] if n == 1 else sorted({round(i * (total - 1) / (n - 1)) for i in range(n)})
+    model.get_decoder().layers = torch.nn.ModuleList(layers[i] for i in keep)
+    for new, layer in enumerate(model.get_decoder().layers):
+        layer.self_attn.layer_idx = new
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = [model.config.layer_types[i] for i in keep]
+    model.config.num_hidden_layers = len(keep)
+    return model
 
 
 def add_adapters(model: PreTrainedModel, cfg: GrownConfig):
@@ -270,7 +296,7 @@ def load_grown(folder: str | os.PathLike, target: Target, dtype: torch.dtype | N
     cfg, info = read_grown(folder)
     _check_trained_for(info, target, str(folder))
     base, _ = load_model(cfg.base, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    merged = PeftModel.from_pretrained(keep_layers(base, cfg.base_layers), str(folder)).merge_and_unload()
     return GrownDrafter(merged, cfg, target, str(folder), dtype)
 
 
@@ -287,9 +313,10 @@ class GrownTrainee:
         rows = base_model.get_output_embeddings().weight.shape[0]
         if rows > info.vocab_size:
             raise ValueError(f"base {cfg.base} predicts {rows} tokens, more than target {cfg.target}'s {info.vocab_size}")
-        self.spec = GrownConfig(cfg.base, cfg.mask_token_id, cfg.block_size, cfg.lora_rank, 2 * cfg.lora_rank)
+        self.spec = GrownConfig(cfg.base, cfg.mask_token_id, cfg.block_size, cfg.lora_rank, 2 * cfg.lora_rank,
+                                cfg.base_layers)
         torch.manual_seed(cfg.seed)
-        self.module = add_adapters(base_model, self.spec).train()
+        self.module = add_adapters(keep_layers(base_model, cfg.base_layers), self.spec).train()
         causal_lm = self.module.get_base_model()
         self.decoder, self.head = causal_lm.model, causal_lm.get_output_embeddings()
         self.weights = slot_weights(cfg.block_size, cfg.slot_gamma)
@@ -329,7 +356,7 @@ GROWN = register(DrafterKind(
     files=f"{GROWN_FILE} + peft's adapter_config.json and adapter_model.safetensors",
     load=_load,
     training=KindTraining(
-        options=("base", "lora_rank"),
+        options=("base", "lora_rank", "base_layers"),
         required={"base": "the pretrained model to grow (e.g. qwen2.5-coder-0.5b)"},
         runs=lambda cfg: cfg.base,  # only the base runs: a grown drafter reads no target
         trainee=GrownTrainee,

@@ -53,6 +53,10 @@ TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every 
     "kind": "the drafter kind to train",
     "base": "with --kind grown: the pretrained model grown into a drafter (e.g. qwen2.5-coder-0.5b)",
     "lora_rank": "with --kind grown: rank of the LoRA adapters (alpha = 2 * rank)",
+    "base_layers": "with --kind grown: keep N of the base's decoder layers, spread evenly from first to last, and "
+                   "train the adapters over them (cheaper drafts; default: all)",
+    "init_layers": "with --kind dflash: random (published), or start the drafter layers from the target's own last "
+                   "or first layers",
     "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
     "block_size": "root + drafted slots per block (published: 16)",
     "target_layer_ids": "comma-separated target layers read (default: one per drafter layer, spread from 1 to L-3)",
@@ -193,7 +197,7 @@ def _add_train_drafter(sub) -> None:
     import dataclasses
 
     from taps.assets import DTYPES
-    from taps.train.drafter import ANCHOR_REGIONS, KINDS, TrainDrafterConfig
+    from taps.train.drafter import ANCHOR_REGIONS, INIT_LAYERS, KINDS, TrainDrafterConfig
 
     t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target: its own answers as "
                                              "data, the drafter, its edge scorer; rerun to resume")
@@ -223,7 +227,8 @@ def _add_train_drafter(sub) -> None:
         kind = {"int": int, "float": float, "str": str, "int | None": optional_int, "float | None": optional_float,
                 "tuple[int, ...] | None": csv_of(int), "str | None": str}[str(f.type)]
         extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)},
-                 "anchor_region": {"choices": list(ANCHOR_REGIONS)}}.get(f.name, {})
+                 "anchor_region": {"choices": list(ANCHOR_REGIONS)},
+                 "init_layers": {"choices": list(INIT_LAYERS)}}.get(f.name, {})
         text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
         if f.name == "kind":  # each registered kind says what it is
             text += "; " + "; ".join(f"{kind.name}: {kind.doc}" for kind in KINDS.values())

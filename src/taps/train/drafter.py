@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 ANCHOR_REGIONS = ("answer", "all")
+INIT_LAYERS = ("random", "last", "first")  # kind "dflash": where the drafter layers start (taps.drafters.dflash_training.copy_target_layers)
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}  # published slot-weight decay per block size
 STATE_FILE = "state.pt"  # resumable training state
 DRAFTER_DIR = "drafter"  # the latest drafter, a folder of its kind
@@ -48,6 +49,8 @@ class TrainDrafterConfig:
     kind: str = "dflash"  # the drafter kind to train: a name in taps.drafters.KINDS (each lists the options below only it reads)
     base: str | None = None  # kind "grown": the pretrained model grown into a drafter (packaged name, folder or hub id)
     lora_rank: int = 16  # kind "grown": rank of the adapters (alpha = 2 * rank)
+    base_layers: int | None = None  # kind "grown": keep N of the base's decoder layers, spread evenly (None: all)
+    init_layers: str = "random"  # kind "dflash": "random" (published), or copy the target's "last" or "first" layers
     num_hidden_layers: int = 1  # kind "dflash": drafter transformer layers (published: 5; 1-3 fit a CPU)
     block_size: int = 16  # root + drafted slots per block (published: 16)
     target_layer_ids: tuple[int, ...] | None = None  # kind "dflash": target layers read; None: one per drafter layer, spread from 1 to L-3
@@ -78,6 +81,8 @@ class TrainDrafterConfig:
         if not isinstance(self.mask_token_id, int) or self.mask_token_id < 0:
             raise ValueError(f"mask_token_id must be a token id of the target, got {self.mask_token_id!r}")
         self._check_kind_options()
+        if self.init_layers not in INIT_LAYERS:
+            raise ValueError(f"init_layers must be one of {', '.join(INIT_LAYERS)}, got {self.init_layers!r}")
         if self.anchor_region not in ANCHOR_REGIONS:
             raise ValueError(f"anchor_region must be one of {', '.join(ANCHOR_REGIONS)}, got {self.anchor_region!r}")
         if self.dtype not in DTYPES:
