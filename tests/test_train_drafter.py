@@ -147,6 +147,8 @@ def test_train_drafter_end_to_end(model, tmp_path, data_file):
     assert result.step == result.total_steps == 12 and result.drafter_dir == tmp_path / "run" / "drafter"
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 4, 8, 12]
+    tokens = [r["tokens"] for r in records]  # training tokens passed, for curves against them
+    assert tokens[0] == 0 and all(a < b for a, b in zip(tokens, tokens[1:]))
     assert records[0]["train_loss"] is None and all(r["train_loss"] > 0 for r in records[1:])
     assert len(records[-1]["eval_slot_acc"]) == 7 and records[-1]["eval_tau_chain"] >= 1
     assert records[-1]["eval_loss"] < records[0]["eval_loss"]

@@ -299,7 +299,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
     anchor_rng = torch.Generator().manual_seed(cfg.seed)
     run_config = {k: v for k, v in asdict(cfg).items() if k not in RUN_FIELDS}
     run_config["data_sha256"] = hashlib.sha256(Path(cfg.data).read_bytes()).hexdigest()
-    step, loss_sum, loss_n = 0, 0.0, 0
+    step, loss_sum, loss_n, tokens = 0, 0.0, 0, 0  # tokens: of the training sequences passed so far
 
     state_path = out / STATE_FILE
     if state_path.exists():
@@ -315,13 +315,14 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
         scheduler.load_state_dict(state["scheduler"])
         anchor_rng.set_state(state["anchor_rng"])
         step, loss_sum, loss_n = state["step"], state["loss_sum"], state["loss_n"]
+        tokens = state.get("tokens", 0)  # checkpoints from before the count resume from 0
 
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     stop = total if cfg.stop_after_steps is None else min(total, cfg.stop_after_steps)
     started = time.perf_counter()
 
     def log(record: dict) -> None:
-        record.update(step=step, epoch=step / steps_per_epoch, lr=scheduler.get_last_lr()[0],
+        record.update(step=step, epoch=step / steps_per_epoch, tokens=tokens, lr=scheduler.get_last_lr()[0],
                       elapsed_s=time.perf_counter() - started)
         if held_out:
             record.update(evaluate(trainee, held_out, cfg, autocast))
@@ -333,7 +334,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
             "config": run_config, "drafter_config": asdict(trainee.spec), "step": step,
             "drafter": trainable_state(trainee.module),
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "anchor_rng": anchor_rng.get_state(), "loss_sum": loss_sum, "loss_n": loss_n,
+            "anchor_rng": anchor_rng.get_state(), "loss_sum": loss_sum, "loss_n": loss_n, "tokens": tokens,
         })
         training.save(trainee, out / DRAFTER_DIR)
 
@@ -346,6 +347,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
         chosen = epoch_order(len(train), cfg.seed, epoch)[index * cfg.sequences_per_step : (index + 1) * cfg.sequences_per_step]
         losses = train_step(trainee, [train[i] for i in chosen], cfg, anchor_rng, autocast)
         loss_sum, loss_n = loss_sum + sum(losses), loss_n + len(losses)
+        tokens += sum(len(train[i].ids) for i in chosen)
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         optimizer.step()
         scheduler.step()
