@@ -20,7 +20,11 @@ Kernels: `torch._weight_int8pack_mm` (int8 weight [N, K], a scale per row N) and
 scales and zero points [K / group, N, 2]); both take float32 or bfloat16 activations, multiply
 without materialising a dequantized weight, and give each row the same result alone or batched
 (tests/test_weightonly.py checks it). torchao's CPU int4 weight-only layout calls the same int4
-kernel; taking the aten ops directly adds no dependency. Measured costs are in
+kernel; taking the aten ops directly adds no dependency. torchao's own CPU kernels (int8
+dynamic activations x int4 weights, whose AMX/VNNI path would make a tree's rows cheaper) are
+not in its PyPI wheel: torchao 0.18.0 from PyPI beside torch 2.13 registers no CPU op at all
+(checked 2026-12-02; they come with the CPU wheel of download.pytorch.org), and a per-tensor
+activation scale would break row independence anyway (above). Measured costs are in
 results/quantized-targets/.
 """
 
