@@ -23,8 +23,9 @@ without materialising a dequantized weight, and give each row the same result al
 kernel; taking the aten ops directly adds no dependency. torchao's own CPU kernels (int8
 dynamic activations x int4 weights, whose AMX/VNNI path would make a tree's rows cheaper) are
 not in its PyPI wheel: torchao 0.18.0 from PyPI beside torch 2.13 registers no CPU op at all
-(checked 2026-12-02; they come with the CPU wheel of download.pytorch.org), and a per-tensor
-activation scale would break row independence anyway (above). Measured costs are in
+(checked 2026-12-02; they come with the CPU wheel of download.pytorch.org). With per-token
+activation scales a tree's rows stay independent, so that kernel remains the candidate for
+cheaper tree rows where that wheel can be installed. Measured costs are in
 results/quantized-targets/.
 """
 
