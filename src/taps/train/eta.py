@@ -24,7 +24,7 @@ def duration(seconds: float) -> str:
 def say_estimate(job: str, seconds: float, done: int, left: int, unit: str) -> str:
     """Print (above any progress bar) and return the estimate for `left` more units after the
     first `done` took `seconds` on this machine."""
-    line = (f"{job}: {seconds / done:.1f} s per {unit} on this machine; {left} {unit}s left, "
-            f"about {duration(seconds / done * left)} (rerun the same command to resume after a stop)")
+    line = (f"{job}: {seconds / done:.1f} s per {unit} on this machine, {left} more to go: about "
+            f"{duration(seconds / done * left)} (rerun the same command to resume after a stop)")
     tqdm.write(line)
     return line
