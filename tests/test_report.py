@@ -306,6 +306,15 @@ def test_each_distinct_environment_gets_its_own_line(tmp_path):
     assert len(env_lines) == 2 and "threads 8" in env_lines[1]
 
 
+def test_a_report_of_older_records_names_models_without_absolute_paths(tmp_path):
+    snapshot = "/work/main/runs/bench-src-a164e01/src/taps/shipped/smollm2-135m"
+    records = [{**r, "drafter": r["drafter"] and snapshot, "env": {**ENV, "scorer": snapshot + "/scorer"}}
+               for r in synthetic_records()]
+    text = write_report(records, tmp_path).read_text()
+    assert "drafter taps/shipped/smollm2-135m." in text and "scorer taps/shipped/smollm2-135m/scorer" in text
+    assert "/work/" not in text
+
+
 def test_learning_curves_of_two_drafter_kinds(tmp_path):
     log = [{"step": s, "eval_slot_acc": [0.1 * s, 0.05 * s]} for s in range(4)] + [{"step": 4, "train_loss": 1.0}]
     path = tmp_path / "curve.png"

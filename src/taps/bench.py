@@ -28,7 +28,7 @@ from taps.engine import Speculator, load
 from taps.linear import linear_in_use
 from taps.methods import Method
 from taps.quantize import check_scheme, load_dtype, quantize_linears
-from taps.records import KEY_FIELDS, RecordFile, Run, bench_record, record_key
+from taps.records import KEY_FIELDS, RecordFile, Run, bench_record, portable_name, record_key
 from taps.rounds import Rollout
 from taps.weightonly import check_target_quant
 
@@ -270,7 +270,7 @@ def environment(cfg: BenchConfig) -> dict:
         "linear": linear_in_use(cfg.dtype, cfg.linear),
         "drafter_quant": cfg.drafter_quant,
         "target_quant": cfg.target_quant,
-        "scorer": cfg.scorer_dir,
+        "scorer": portable_name(cfg.scorer_dir),
         "seed": cfg.seed,
         "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
     }
@@ -282,13 +282,14 @@ SELECTION_FIELDS = ("methods", "datasets", "limit", "temperatures", "budgets", "
 
 
 def file_settings(cfg: BenchConfig) -> dict:
-    """What a results file pins: every BenchConfig field but SELECTION_FIELDS, with the scorer
+    """What a results file pins: every BenchConfig field but SELECTION_FIELDS, with the drafter and scorer
     as resolved and Spec-Bench's questions by content (not path), and the machine (CPU, linear
     kernel): sessions do not always get the same CPU, and a file's speedups compare runs of one
     machine only."""
     pinned = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in SELECTION_FIELDS}
-    pinned.update(scorer=cfg.scorer_dir, spec_bench=spec_bench_digest(cfg.spec_bench))
-    pinned.update(drafter=cfg.drafter_name)
+    pinned.update(scorer=cfg.scorer_dir, spec_bench=spec_bench_digest(cfg.spec_bench), drafter=cfg.drafter_name)
+    # models by portable name: a file made from one checkout resumes from another
+    pinned.update({k: portable_name(pinned[k]) for k in ("target", "drafter", "scorer", "assistant", "profile")})
     if cfg.target_quant == "none":  # files written before quantized targets existed stay resumable
         del pinned["target_quant"]
     return {**pinned, "cpu": cpu_name(), "linear": linear_in_use(cfg.dtype, cfg.linear)}

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from taps.files import make_folder
-from taps.records import group_label, is_peer
+from taps.records import group_label, is_peer, portable_name
 from taps.summary import (
     distinct,
     interval_text,
@@ -171,10 +171,12 @@ def same_size_tau(records: list[dict], reference: str = "ddtree") -> list[dict]:
 
 
 def environment_lines(records: list[dict]) -> list[str]:
-    """Models and machine, one line per distinct environment (a resumed run may add another)."""
-    targets = ", ".join(map(str, distinct(r["target"] for r in records)))
-    drafters = ", ".join(map(str, distinct(r["drafter"] for r in records if r["drafter"] is not None))) or "-"
-    envs = distinct(r.get("env") or {} for r in records)
+    """Models and machine, one line per distinct environment (a resumed run may add another); models
+    and scorers by `portable_name`, so older records that hold absolute paths report alike."""
+    targets = ", ".join(map(str, distinct(portable_name(r["target"]) for r in records)))
+    drafters = ", ".join(map(str, distinct(portable_name(r["drafter"]) for r in records if r["drafter"] is not None))) or "-"
+    envs = distinct({**env, "scorer": portable_name(env["scorer"])} if env.get("scorer") else env
+                    for env in (r.get("env") or {} for r in records))
     lines = [f"Models: target {targets}; drafter {drafters}."]
     lines += ["Environment: " + (", ".join(f"{k} {v}" for k, v in env.items()) or "not recorded") + "." for env in envs]
     return lines
