@@ -197,6 +197,25 @@ def test_peers_only_still_write_a_table(tmp_path):
     assert not (tmp_path / "tau_vs_tree_size.png").exists() and not (tmp_path / "stage_split.png").exists()
 
 
+def test_llama_cpp_peers_get_their_own_section_in_tokens_per_second(tmp_path):
+    records = synthetic_records()
+    llama = [{**r, "method": name, "token_ids": [[t + 1 for t in turn] for turn in r["token_ids"]]}
+             for name in ("llama-cpp", "llama-cpp-draft") for r in records if r["method"] == "hf-assisted"]
+    taps_ = [{**r, "method": "taps"} for r in records if (r["method"], r["budget"]) == ("chain", 16)]
+    text = write_report(records + llama + taps_, tmp_path).read_text()
+    # never as a ratio to ar: not in the headline, the full table or taps' rivals
+    assert not any(r["method"].startswith("llama-cpp") for r in parse_table(text))
+    assert "llama-cpp" not in text.split("## llama.cpp")[0]
+    section = text.split("## llama.cpp (its own 4-bit model)")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| humaneval | 0.0 | llama-cpp |")]
+    median = statistics.median(r["new_tokens"] / r["total_seconds"] for r in llama
+                               if (r["method"], r["dataset"], r["temperature"]) == ("llama-cpp", "humaneval", 0.0))
+    ar = statistics.median(r["new_tokens"] / r["total_seconds"] for r in records
+                           if (r["method"], r["dataset"], r["temperature"]) == ("ar", "humaneval", 0.0))
+    assert rows == [f"| humaneval | 0.0 | llama-cpp | 3 | {median:.2f} | {ar:.2f} |"]
+    assert "| humaneval | 0.0 | llama-cpp-draft |" in section
+
+
 def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_path):
     # per prompt i: ar 10 tok/s; ddtree:8 15 (the best ddtree), ddtree:32 12, hf-assisted 20 + i, taps 18 + 2i;
     # a fifth prompt only taps ran is not paired with anyone

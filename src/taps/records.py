@@ -241,6 +241,11 @@ def record_key(rec: dict) -> tuple:
     return tuple(rec[k] for k in KEY_FIELDS)
 
 
+# Peers that run llama.cpp's own model (the packaged GGUF's 4-bit weights), not the target taps
+# decodes: their records count for speed, never as lossless ratios to ar (taps.report).
+LLAMA_CPP_PEERS = ("llama-cpp", "llama-cpp-lookup", "llama-cpp-draft")
+
+
 def is_peer(rec: dict) -> bool:
     """A peer (transformers' own generation, run for comparison) exposes no rounds."""
     return rec["rounds"] is None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from taps.files import make_folder
-from taps.records import group_label, is_peer, portable_name
+from taps.records import LLAMA_CPP_PEERS, group_label, is_peer, portable_name
 from taps.summary import (
     distinct,
     interval_text,
@@ -346,23 +346,58 @@ def same_size_section(records: list[dict]) -> list[str]:
     ]
 
 
+LLAMA_CPP_COLUMNS = (
+    ("dataset", "dataset", "s"),
+    ("temperature", "T", ".1f"),
+    ("method", "method", "s"),
+    ("prompts", "prompts", "d"),
+    ("tokens_per_second", "tokens/s", ".2f"),
+    ("ar_tokens_per_second", "taps ar tokens/s", ".2f"),
+)
+
+
+def llama_cpp_section(records: list[dict]) -> list[str]:
+    """The report's lines on the llama.cpp peers (records.LLAMA_CPP_PEERS): their median tokens/s
+    beside taps' ar on the same set and temperature, and no ratio: they decode the GGUF's own 4-bit
+    model, so their speed is not a lossless speedup of the target. None without such records."""
+    summary = summarize(records)
+    ar = {(x["dataset"], x["temperature"]): x["tokens_per_second"] for x in summary if x["method"] == "ar"}
+    rows = [{**x, "ar_tokens_per_second": ar.get((x["dataset"], x["temperature"]))}
+            for x in summary if x["method"] in LLAMA_CPP_PEERS]
+    if not rows:
+        return []
+    return [
+        "## llama.cpp (its own 4-bit model)",
+        "",
+        markdown_table(rows, LLAMA_CPP_COLUMNS),
+        "",
+        "- llama.cpp decodes the packaged GGUF file's 4-bit weights, another model than the target taps "
+        "decodes, so its outputs are not taps' and its speed is no lossless speedup: median tokens/s over "
+        "prompts, with taps' plain decoding (ar) of the target on the same prompts for scale. llama-cpp-lookup "
+        "drafts by its prompt lookup, llama-cpp-draft with the --assistant's GGUF file.",
+        "",
+    ]
+
+
 def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     """Write out_dir/report.md (summary table, environment, links to the plots) and the PNG plots
     beside it; returns the report's path."""
     records = list(records)
     if not records:
         raise ValueError("no benchmark records to report")
+    # every comparison of the target's decodings leaves llama.cpp's other model out (its own section)
+    own = [r for r in records if r["method"] not in LLAMA_CPP_PEERS]
     from taps.report_plots import plots  # the plotting stack loads only here
 
     out_dir = make_folder(out_dir, f"the report to {out_dir}", "choose another --out")
 
     figures = []
-    for name, (caption, draw) in plots(records).items():
+    for name, (caption, draw) in plots(own).items():
         path = out_dir / name
         path.unlink(missing_ok=True)  # a plot with no data now must not leave an older one behind
         if draw(path):
             figures += [f"![{caption}]({name})", ""]  # a blank line each: one image per paragraph
-    rival_rows = taps_rival_rows(records)  # head_to_head is the report's costliest table: computed once
+    rival_rows = taps_rival_rows(own)  # head_to_head is the report's costliest table: computed once
     lines = [
         "# taps benchmark report",
         "",
@@ -370,16 +405,17 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         "",
         *environment_lines(records),
         "",
-        *matrix_section(records, rival_rows),
+        *matrix_section(own, rival_rows),
         "## Every method, dataset and temperature",
         "",
-        markdown_table(summarize(records)),
+        markdown_table(summarize(own)),
         "",
         DEFINITIONS,
         "",
         *head_to_head_section(rival_rows),
-        *same_size_section(records),
-        *round_cost_section(records),
+        *llama_cpp_section(records),
+        *same_size_section(own),
+        *round_cost_section(own),
         "## Plots (all datasets pooled)",
         "",
         *(figures or ["No plottable data.", ""]),
