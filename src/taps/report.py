@@ -416,7 +416,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         *llama_cpp_section(records),
         *same_size_section(own),
         *round_cost_section(own),
-        "## Plots (all datasets pooled)",
+        "## Plots",
         "",
         *(figures or ["No plottable data.", ""]),
     ]
