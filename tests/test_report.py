@@ -416,11 +416,11 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
     for x in summarize(records):
         column = f"{x['dataset'].split('/')[-1]} T={x['temperature']:g}"
         if x["method"] == "ar":
-            assert cells["ar (tokens/s)", column] == f"{x['tokens_per_second']:.2f}"
+            assert cells["ar (tokens/s)", column] == f"{x['tokens_per_second']:.2f} †"
         elif x["tau"] is None:
-            assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x" + level(x)
+            assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} †"
         else:
-            assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} ({x['tau']:.1f})"
+            assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} ({x['tau']:.1f}) †"
     assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summarize(records)})
     rivals = matrix_cells(rival_matrix(taps_rival_rows(records)))
     rows = head_to_head(records)
@@ -428,11 +428,24 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
     for r in rows:
         column = f"{r['dataset'].split('/')[-1]} T={r['temperature']:g}"
         suffix = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
-        assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{level(r)}{suffix}"
+        assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{level(r)}{suffix} †"
         if r["ci_low"] is None:  # one prompt: no interval
             assert r["prompts"] < 2 and r["verdict"] is None
         else:
             assert r["verdict"] == ("level" if r["ci_low"] <= 1 <= r["ci_high"] else "faster" if r["ci_low"] > 1 else "slower")
+
+
+def test_headline_cells_over_fewer_than_30_prompts_are_marked_with_a_footnote(tmp_path):
+    def records(n):
+        return [make_record("humaneval", str(i), method, budget, 0.0, [[1] * 12], accepted=accepted,
+                            seconds_per_round=0.01 * (1 + i % 3))
+                for i in range(n) for method, budget, accepted in (("ar", None, [[0] * 12]), ("chain", 4, [[2] * 4]))]
+
+    few = write_report(records(29), tmp_path / "few").read_text()
+    enough = write_report(records(30), tmp_path / "enough").read_text()
+    assert matrix_cells(speedup_matrix(records(29)))["chain:4", "humaneval T=0"].endswith(" †")
+    assert "† fewer than 30 prompts." in few
+    assert "†" not in enough and "fewer than 30 prompts" not in enough
 
 
 def level(row: dict) -> str:

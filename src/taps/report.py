@@ -241,6 +241,15 @@ def round_cost_section(records: list[dict]) -> list[str]:
     ]
 
 
+MIN_PROMPTS = 30  # a headline cell over fewer prompts is marked FEW: its median and interval rest on little
+FEW = "†"
+
+
+def _few(prompts: int) -> str:
+    """What a headline cell over `prompts` prompts adds: FEW below MIN_PROMPTS."""
+    return f" {FEW}" if prompts < MIN_PROMPTS else ""
+
+
 def _label(method: str, budget: int | None) -> str:
     return method if budget is None else f"{method}:{budget}"
 
@@ -266,11 +275,12 @@ def speedup_matrix(records: list[dict]) -> str:
         if x is None or x["tokens_per_second"] is None:
             return None
         if key[1] == "ar":
-            return f"{x['tokens_per_second']:.2f}"
+            return f"{x['tokens_per_second']:.2f}{_few(x['prompts'])}"
         if x["speedup_vs_ar"] is None:
             return None
         level = " level" if is_level(x["ci_low"], x["ci_high"]) else ""
-        return f"{x['speedup_vs_ar']:.2f}x{level}" + ("" if x["tau"] is None else f" ({x['tau']:.1f})")
+        tau = "" if x["tau"] is None else f" ({x['tau']:.1f})"
+        return f"{x['speedup_vs_ar']:.2f}x{level}{tau}{_few(x['prompts'])}"
 
     keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in distinct((x["method"], x["budget"]) for x in summary)]
     return _matrix(keys, distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
@@ -293,7 +303,8 @@ def rival_matrix(rows: list[dict]) -> str:
         if r is None or r["speedup_vs_rival"] is None:
             return None
         level = " level" if r["verdict"] == "level" else ""
-        return f"{r['speedup_vs_rival']:.2f}x{level}" + ("" if r["rival_budget"] is None else f" (:{r['rival_budget']})")
+        rival_budget = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
+        return f"{r['speedup_vs_rival']:.2f}x{level}{rival_budget}{_few(r['prompts'])}"
 
     keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
     return _matrix(keys, distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
@@ -301,14 +312,19 @@ def rival_matrix(rows: list[dict]) -> str:
 
 def matrix_section(records: list[dict], rival_rows: list[dict]) -> list[str]:
     """The report's headline: `speedup_matrix`, then `rival_matrix` of `taps_rival_rows(records)`
-    when taps met a rival."""
-    lines = ["## Speedup over ar at a glance", "", speedup_matrix(records), "",
+    when taps met a rival, and the footnote to cells over fewer than MIN_PROMPTS prompts if any."""
+    matrix = speedup_matrix(records)
+    lines = ["## Speedup over ar at a glance", "", matrix, "",
              "- cells: speedup vs ar (tau in brackets), \"level\" where its 95% interval contains 1; the full table "
-             "below has every number and interval.", ""]
+             "below has every number and interval."]
     if rival_rows:
-        lines += ["Paired median ratio of tokens/s on the same prompts (ddtree: its best budget on that set):", "",
-                  rival_matrix(rival_rows), ""]
-    return lines
+        rivals = rival_matrix(rival_rows)
+        lines += ["", "Paired median ratio of tokens/s on the same prompts (ddtree: its best budget on that set):", "",
+                  rivals]
+        matrix += rivals
+    if FEW in matrix:
+        lines += ["", f"{FEW} fewer than {MIN_PROMPTS} prompts."]
+    return [*lines, ""]
 
 
 def head_to_head_section(rows: list[dict]) -> list[str]:
