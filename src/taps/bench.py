@@ -52,6 +52,7 @@ def _speculative(method: str) -> bool:
 
 
 def _is_dflash_folder(name: str | None) -> bool:
+    """Whether a drafter name is a folder of the DFlash kind: what transformers' DFlash speculation runs."""
     return name is not None and Path(name).is_dir() and getattr(drafter_kind(name), "name", None) == "dflash"
 
 
@@ -65,6 +66,7 @@ def _check_gguf(peer: str, role: str, model: str) -> None:
 
 
 def _check_llama_cpp(peer: str) -> None:
+    """A llama.cpp peer needs the `llama` extra, which CI and most installs lack."""
     from importlib.util import find_spec
 
     if find_spec("llama_cpp") is None:
