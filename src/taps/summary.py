@@ -102,7 +102,8 @@ def machine_label(records: Iterable[dict]) -> str:
         quant = env.get("target_quant", "none")
         labels.append(f"{env.get('cpu', '?')}, {env.get('threads', '?')} threads, {env.get('linear', '?')}, "
                       f"{env.get('dtype', '?')}" + ("" if quant == "none" else f", target {quant}"))
-    return " / ".join(labels) or "machine not recorded"
+    # environments that differ elsewhere (a scorer path, a seed) name the same machine once
+    return " / ".join(distinct(labels)) or "machine not recorded"
 
 
 def distinct(values: Iterable) -> list:
