@@ -127,6 +127,15 @@ def test_records_carry_every_field_with_the_drafter_only_on_speculative_methods(
     assert all(r["rounds"] is None and r["stage_seconds"] == {} for r in records if r["method"] == "hf-assisted")
 
 
+def test_records_and_settings_name_the_drafter_without_absolute_paths(harness, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    harness(FakeRunner())
+    cfg = bench.BenchConfig(**{**vars(config(limit=1)), "drafter": str(tmp_path / "runs" / "drafter")})
+    records = bench.run_bench(cfg, tmp_path / "r.jsonl", progress=False)
+    assert {r["drafter"] for r in records} == {None, "runs/drafter"}
+    assert read_settings(tmp_path / "r.jsonl")["drafter"] == "runs/drafter"
+
+
 def test_an_interrupted_run_keeps_completed_records_and_a_rerun_completes_the_rest(harness, tmp_path):
     out = tmp_path / "results.jsonl"
     crashed = harness(FakeRunner(fail_at=5))

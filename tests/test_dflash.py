@@ -344,3 +344,40 @@ def test_a_hub_id_loads_from_the_hugging_face_cache_offline(model, tmp_path, mon
         assert torch.equal(spec.drafter.model.state_dict()[name], tensor.to(torch.bfloat16).float()), name
     with pytest.raises(AssetError, match="z-lab/other-DFlash-b16 is not in the Hugging Face cache"):
         taps.load(model, "z-lab/other-DFlash-b16", method="chain")
+
+
+def test_as_transformers_assistant_computes_what_our_drafter_computes(model):
+    """transformers' DFlash assistant (hf-dflash) over the same context features and block: the same
+    final hidden states, so it drafts the same tokens from the same head."""
+    from transformers.cache_utils import DFlashCache
+
+    from taps.drafters.dflash import as_transformers_assistant
+
+    drafter = random_drafter(model).eval()
+    assistant = as_transformers_assistant(drafter)
+    context, block = 5, drafter.config.block_size
+    torch.manual_seed(0)
+    features = torch.randn(1, context, len(LAYERS) * drafter.config.hidden_size)
+    embeds = torch.randn(1, block, drafter.config.hidden_size)
+    positions = torch.arange(context + block)[None]
+    cache = DFlashCache(config=assistant.config)
+    cache.set_previous_accepted_tokens(context)  # what transformers' DFlash candidate generator sets
+    with torch.no_grad():
+        ours = drafter(embeds, positions[:, context:], features, positions[:, :context])
+        theirs = assistant(noise_embeds=embeds, context_hidden_states=features, position_ids=positions,
+                           attention_mask=torch.ones(1, context + block, dtype=torch.long),
+                           past_key_values=cache).last_hidden_state
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    assert not torch.allclose(ours, drafter(embeds.flip(1), positions[:, context:], features, positions[:, :context]))
+
+
+def test_transformers_layer_ids_index_layer_outputs_as_ours_do(model):
+    """transformers asks the target for the assistant's `target_layer_ids` as `output_hidden_states`;
+    that tuple holds layer i's output at i, where the full tuple (embeddings first) holds it at i + 1,
+    which is what our layer ids read (taps.target): the ids carry over unchanged."""
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        chosen = model(ids, output_hidden_states=list(LAYERS)).hidden_states
+        every = model(ids, output_hidden_states=True).hidden_states
+    for i in LAYERS:
+        assert torch.equal(chosen[i], every[i + 1])

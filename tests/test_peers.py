@@ -8,15 +8,17 @@ import pytest
 from taps import bench
 
 
-def run(tmp_path, method, **kw):
-    cfg = bench.BenchConfig(target="smollm2-135m", methods=("ar", method), datasets=("humaneval",), limit=1,
+def run(tmp_path, *methods, **kw):
+    cfg = bench.BenchConfig(target="smollm2-135m", methods=("ar", *methods), datasets=("humaneval",), limit=1,
                             max_new_tokens=16, dtype="float32", **kw)
     records = bench.run_bench(cfg, tmp_path / "r.jsonl", progress=False)
     return {r["method"]: r for r in records}
 
 
-@pytest.mark.parametrize("peer", ["hf-assisted", "prompt-lookup"])
+@pytest.mark.parametrize("peer", [pytest.param("hf-generate", marks=pytest.mark.slow), "hf-assisted", "prompt-lookup",
+                                  pytest.param("hf-dflash", marks=pytest.mark.slow)])
 def test_transformers_peers_equal_plain_greedy_in_float32(tmp_path, peer):
+    # hf-dflash: transformers' DFlash speculation with the DFlash drafter taps ships for SmolLM2
     kw = {"assistant": "smollm2-135m"} if peer == "hf-assisted" else {}
     records = run(tmp_path, peer, **kw)
     assert records[peer]["token_ids"] == records["ar"]["token_ids"]  # transformers' own lossless methods
@@ -32,10 +34,25 @@ def test_llama_cpp_decodes_the_packaged_gguf(tmp_path):
     assert answer[0] == records["ar"]["token_ids"][0][0]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("peer", ["llama-cpp-lookup", "llama-cpp-draft"])
+def test_llama_cpp_speculation_equals_its_plain_greedy_decoding(tmp_path, peer):
+    """At T=0 llama.cpp's speculation keeps its own greedy tokens. SmolLM2 has no smaller sibling
+    GGUF, so the draft peer drafts with the target's own file: every draft is accepted."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'taps-decode[llama]')")
+    records = run(tmp_path, "llama-cpp", peer, assistant="smollm2-135m")
+    assert records[peer]["token_ids"] == records["llama-cpp"]["token_ids"]
+    assert len(records[peer]["token_ids"][0]) == 16
+
+
 def test_a_missing_peer_library_is_a_clear_error(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
     with pytest.raises(ValueError, match=r"llama-cpp peer needs llama-cpp-python: pip install 'taps-decode\[llama\]'"):
         bench.BenchConfig(target="smollm2-135m", methods=("ar", "llama-cpp"))
-    with pytest.raises(ValueError, match="runs a packaged model's GGUF file"):
+    with pytest.raises(ValueError, match="runs a packaged model's GGUF file; the target '/some/folder'"):
         bench.BenchConfig(target="/some/folder", methods=("ar", "llama-cpp"))
+    with pytest.raises(ValueError, match="hf-dflash peer runs a DFlash drafter folder"):
+        bench.BenchConfig(target="qwen2.5-coder-1.5b", methods=("ar", "hf-dflash"))  # its drafter is a grown one
+    with pytest.raises(ValueError, match="llama-cpp-draft peer runs a packaged model's GGUF file; the assistant"):
+        bench.BenchConfig(target="smollm2-135m", methods=("ar", "llama-cpp-draft"), assistant="/some/folder")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import taps
-from taps.records import KEY_FIELDS, RecordFile, is_header, read_records, read_settings
+from taps.records import KEY_FIELDS, RecordFile, is_header, portable_name, read_records, read_settings
 from taps.summary import summarize
 
 SETTINGS = {"target": "smollm2-135m", "max_new_tokens": 32, "budgets": (4, 8)}
@@ -135,6 +135,21 @@ def test_the_results_in_this_repository_read_and_summarize():
         records = read_records(path, required=KEY_FIELDS)
         assert records, path
         assert summarize(records), path
+
+
+def test_models_are_named_without_absolute_paths_of_the_machine(tmp_path, monkeypatch):
+    shipped = Path(taps.__file__).resolve().parent / "shipped" / "smollm2-135m"
+    assert portable_name(str(shipped)) == "taps/shipped/smollm2-135m"
+    assert portable_name(str(shipped / "scorer")) == "taps/shipped/smollm2-135m/scorer"
+    # an older record names the source snapshot a benchmark ran from
+    assert portable_name("/w/runs/bench-src-a164e01/src/taps/shipped/q") == "taps/shipped/q"
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert portable_name(str(tmp_path / "work" / "runs" / "drafter")) == "runs/drafter"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert portable_name(str(tmp_path / "home" / ".cache" / "m")) == "~/.cache/m"
+    for name in ("smollm2-135m", "Qwen/Qwen2.5-0.5B", "oracle", "runs/x", None, "/elsewhere/m"):
+        assert portable_name(name) == name  # names and relative paths as given; nothing to shorten
 
 
 WRITER = """

@@ -3,6 +3,7 @@ and `taps report` in a process that cannot import torch."""
 
 import itertools
 import json
+import math
 import os
 import random
 import statistics
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import taps
@@ -26,8 +28,13 @@ from taps.report import (
     tau_at_size,
     write_report,
 )
-from taps.report_plots import plot_learning_curves, stage_shares
-from taps.summary import pooled_rows, summarize
+from taps.report_plots import (
+    figure_accepted_lengths,
+    figure_against_tree_size,
+    plot_learning_curves,
+    stage_shares,
+)
+from taps.summary import set_rows, summarize
 
 ENV = {"cpu": "x86_64", "cpu_count": 2, "threads": 2, "torch": "2.13.0", "transformers": "5.19.0",
        "dtype": "bfloat16", "seed": 0}  # fmt: skip
@@ -178,6 +185,53 @@ def test_plots_are_non_empty_pngs_linked_from_the_report(tmp_path):
         assert f"]({name})" in text  # relative link
 
 
+def test_speedup_plot_has_a_panel_per_set_and_temperature_with_95_percent_error_bars():
+    from matplotlib.container import ErrorbarContainer
+
+    rows = set_rows(synthetic_records())
+    fig = figure_against_tree_size(rows, "speedup_vs_ar", "speedup vs ar", interval=True)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == ["humaneval, T = 0", "humaneval, T = 1", "spec-bench/all, T = 0",
+                                               "spec-bench/all, T = 1"]  # fmt: skip
+    for ax in axes:
+        dataset, t = ax.get_title().split(", T = ")
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert [c.get_label() for c in bars] == ["ar", "chain", "ddtree"]  # ar: tree size 0, no interval
+        for container in bars[1:]:
+            mine = sorted((r for r in rows if (r["dataset"], r["temperature"], r["method"]) ==
+                           (dataset, float(t), container.get_label())), key=lambda r: r["mean_tree_size"])
+            ends = [y for segment in container.lines[2][0].get_segments() for y in sorted(y for _, y in segment)]
+            assert ends == pytest.approx([y for r in mine for y in (r["ci_low"], r["ci_high"])])
+
+
+def test_budget_labels_never_overlap():
+    rows = set_rows(synthetic_records())
+    # chain:16 and ddtree:16 at the same point: their labels would start on top of each other
+    same = {(r["dataset"], r["temperature"]): r["tau"] for r in rows if (r["method"], r["budget"]) == ("chain", 16)}
+    rows = [{**r, "tau": same[r["dataset"], r["temperature"]]} if r["method"] == "ddtree" else r for r in rows]
+    fig = figure_against_tree_size(rows, "tau", "tau")
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for ax in (ax for ax in fig.axes if ax.get_visible()):
+        assert sorted(text.get_text() for text in ax.texts) == ["b16", "b16", "b4"]  # every label placed
+        boxes = [text.get_window_extent(renderer) for text in ax.texts]
+        assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+def test_histogram_axes_fit_each_methods_counts():
+    records = synthetic_records()
+    fig = figure_accepted_lengths(records)
+    for ax in (ax for ax in fig.axes if ax.get_visible()):
+        counts = {}
+        for r in records:
+            if r["method"] == ax.get_title():
+                counts.setdefault((r["budget"], r["temperature"]), []).extend(a + 1 for a in r["accepted_per_round"])
+        shown = max(math.ceil(np.percentile(c, 99)) for c in counts.values())
+        assert ax.get_xlim() == (0.5, shown + 0.5)
+        tallest = max(patch.get_path().vertices[:, 1].max() for patch in ax.patches)
+        assert ax.get_ylim()[1] == pytest.approx(1.08 * tallest)
+
+
 def test_ar_and_peers_alone_report_without_the_speculative_plots(tmp_path):
     records = [r for r in synthetic_records() if r["method"] in ("ar", "hf-assisted")]
     write_report(synthetic_records(), tmp_path)  # an earlier report in the same folder
@@ -195,6 +249,25 @@ def test_peers_only_still_write_a_table(tmp_path):
     text = write_report(records, tmp_path).read_text()
     assert len(parse_table(text)) == 6  # 3 dataset labels (spec-bench per category) x 2 temperatures
     assert not (tmp_path / "tau_vs_tree_size.png").exists() and not (tmp_path / "stage_split.png").exists()
+
+
+def test_llama_cpp_peers_get_their_own_section_in_tokens_per_second(tmp_path):
+    records = synthetic_records()
+    llama = [{**r, "method": name, "token_ids": [[t + 1 for t in turn] for turn in r["token_ids"]]}
+             for name in ("llama-cpp", "llama-cpp-draft") for r in records if r["method"] == "hf-assisted"]
+    taps_ = [{**r, "method": "taps"} for r in records if (r["method"], r["budget"]) == ("chain", 16)]
+    text = write_report(records + llama + taps_, tmp_path).read_text()
+    # never as a ratio to ar: not in the headline, the full table or taps' rivals
+    assert not any(r["method"].startswith("llama-cpp") for r in parse_table(text))
+    assert "llama-cpp" not in text.split("## llama.cpp")[0]
+    section = text.split("## llama.cpp (its own 4-bit model)")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| humaneval | 0.0 | llama-cpp |")]
+    median = statistics.median(r["new_tokens"] / r["total_seconds"] for r in llama
+                               if (r["method"], r["dataset"], r["temperature"]) == ("llama-cpp", "humaneval", 0.0))
+    ar = statistics.median(r["new_tokens"] / r["total_seconds"] for r in records
+                           if (r["method"], r["dataset"], r["temperature"]) == ("ar", "humaneval", 0.0))
+    assert rows == [f"| humaneval | 0.0 | llama-cpp | 3 | {median:.2f} | {ar:.2f} |"]
+    assert "| humaneval | 0.0 | llama-cpp-draft |" in section
 
 
 def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_path):
@@ -270,20 +343,22 @@ def test_no_records_is_an_error(tmp_path):
         write_report([], tmp_path)
 
 
-def test_pooled_rows_pair_each_prompt_with_ar_on_that_prompt_across_datasets():
-    # the same prompt id in two datasets: ar is fast on one and slow on the other
-    records = [
-        make_record("a", "0", "ar", None, 0.0, [[1] * 10], accepted=[[0] * 10], seconds_per_round=0.01),
-        make_record("b", "0", "ar", None, 0.0, [[1] * 10], accepted=[[0] * 10], seconds_per_round=0.1),
-        make_record("a", "0", "chain", 4, 0.0, [[1] * 10], accepted=[[4, 4]], seconds_per_round=0.01),
-        make_record("b", "0", "chain", 4, 0.0, [[1] * 10], accepted=[[4, 4]], seconds_per_round=0.1),
-    ]
-    chain = next(r for r in pooled_rows(records) if r["method"] == "chain")
+def test_set_rows_keep_spec_bench_whole_and_pair_each_prompt_with_its_own_ar():
+    records = [  # two spec-bench categories: ar is fast on one prompt and slow on the other
+        make_record("spec-bench", "1", "ar", None, 0.0, [[1] * 10], accepted=[[0] * 10], seconds_per_round=0.01,
+                    category="math"),
+        make_record("spec-bench", "2", "ar", None, 0.0, [[1] * 10], accepted=[[0] * 10], seconds_per_round=0.1,
+                    category="writing"),
+        make_record("spec-bench", "1", "chain", 4, 0.0, [[1] * 10], accepted=[[4, 4]], seconds_per_round=0.01,
+                    category="math"),
+        make_record("spec-bench", "2", "chain", 4, 0.0, [[1] * 10], accepted=[[4, 4]], seconds_per_round=0.1,
+                    category="writing"),
+    ]  # fmt: skip
+    chain = [r for r in set_rows(records) if r["method"] == "chain"]
     ratios = [(10 / r["total_seconds"]) / (10 / a["total_seconds"]) for r, a in zip(records[2:], records[:2])]
-    assert chain["dataset"] == "all" and chain["prompts"] == 2
-    assert chain["tau"] == pytest.approx(20 / 4)
-    assert chain["speedup_vs_ar"] == pytest.approx(statistics.median(ratios))
-    assert chain["mean_tree_size"] == 4
+    assert len(chain) == 1 and chain[0]["dataset"] == "spec-bench/all" and chain[0]["prompts"] == 2
+    assert chain[0]["tau"] == pytest.approx(20 / 4)
+    assert chain[0]["speedup_vs_ar"] == pytest.approx(statistics.median(ratios))
 
 
 def test_stage_shares_are_stage_seconds_over_total_seconds():
@@ -304,6 +379,15 @@ def test_each_distinct_environment_gets_its_own_line(tmp_path):
     text = write_report(records, tmp_path).read_text()
     env_lines = [line for line in text.splitlines() if line.startswith("Environment:")]
     assert len(env_lines) == 2 and "threads 8" in env_lines[1]
+
+
+def test_a_report_of_older_records_names_models_without_absolute_paths(tmp_path):
+    snapshot = "/work/main/runs/bench-src-a164e01/src/taps/shipped/smollm2-135m"
+    records = [{**r, "drafter": r["drafter"] and snapshot, "env": {**ENV, "scorer": snapshot + "/scorer"}}
+               for r in synthetic_records()]
+    text = write_report(records, tmp_path).read_text()
+    assert "drafter taps/shipped/smollm2-135m." in text and "scorer taps/shipped/smollm2-135m/scorer" in text
+    assert "/work/" not in text
 
 
 def test_learning_curves_of_two_drafter_kinds(tmp_path):
@@ -332,11 +416,11 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
     for x in summarize(records):
         column = f"{x['dataset'].split('/')[-1]} T={x['temperature']:g}"
         if x["method"] == "ar":
-            assert cells["ar (tokens/s)", column] == f"{x['tokens_per_second']:.2f}"
+            assert cells["ar (tokens/s)", column] == f"{x['tokens_per_second']:.2f} †"
         elif x["tau"] is None:
-            assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x" + level(x)
+            assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} †"
         else:
-            assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} ({x['tau']:.1f})"
+            assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} ({x['tau']:.1f}) †"
     assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summarize(records)})
     rivals = matrix_cells(rival_matrix(taps_rival_rows(records)))
     rows = head_to_head(records)
@@ -344,11 +428,24 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
     for r in rows:
         column = f"{r['dataset'].split('/')[-1]} T={r['temperature']:g}"
         suffix = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
-        assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{level(r)}{suffix}"
+        assert rivals[f"taps:16 / {r['rival']}", column] == f"{r['speedup_vs_rival']:.2f}x{level(r)}{suffix} †"
         if r["ci_low"] is None:  # one prompt: no interval
             assert r["prompts"] < 2 and r["verdict"] is None
         else:
             assert r["verdict"] == ("level" if r["ci_low"] <= 1 <= r["ci_high"] else "faster" if r["ci_low"] > 1 else "slower")
+
+
+def test_headline_cells_over_fewer_than_30_prompts_are_marked_with_a_footnote(tmp_path):
+    def records(n):
+        return [make_record("humaneval", str(i), method, budget, 0.0, [[1] * 12], accepted=accepted,
+                            seconds_per_round=0.01 * (1 + i % 3))
+                for i in range(n) for method, budget, accepted in (("ar", None, [[0] * 12]), ("chain", 4, [[2] * 4]))]
+
+    few = write_report(records(29), tmp_path / "few").read_text()
+    enough = write_report(records(30), tmp_path / "enough").read_text()
+    assert matrix_cells(speedup_matrix(records(29)))["chain:4", "humaneval T=0"].endswith(" †")
+    assert "† fewer than 30 prompts." in few
+    assert "†" not in enough and "fewer than 30 prompts" not in enough
 
 
 def level(row: dict) -> str:

@@ -48,3 +48,5 @@ def test_the_machine_label_names_cpu_threads_kernel_dtype_and_precision():
     assert machine_label([{"env": env}, {"env": env}]) == "AMD EPYC (avx512_bf16), 2 threads, onednn, bfloat16, target int4"
     assert machine_label([{"env": {**env, "target_quant": "none"}}]).endswith("onednn, bfloat16")
     assert machine_label([{}]) == "machine not recorded"
+    resumed = [{"env": env}, {"env": {**env, "scorer": "taps/shipped/x/scorer"}}]  # one machine, two environments
+    assert machine_label(resumed) == machine_label([{"env": env}])

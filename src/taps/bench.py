@@ -23,12 +23,13 @@ from taps.assets import DTYPES, load_model
 from taps.costmodel import cpu_name
 from taps.datasets import Prompt, load_prompts, spec_bench_digest
 from taps.decode import default_stop_ids
-from taps.drafters import shipped_drafter, shipped_scorer
+from taps.drafters import drafter_kind, shipped_drafter, shipped_scorer
+from taps.drafters.dflash import as_transformers_assistant, read_dflash
 from taps.engine import Speculator, load
 from taps.linear import linear_in_use
 from taps.methods import Method
 from taps.quantize import check_scheme, load_dtype, quantize_linears
-from taps.records import KEY_FIELDS, RecordFile, Run, bench_record, record_key
+from taps.records import KEY_FIELDS, LLAMA_CPP_PEERS, RecordFile, Run, bench_record, portable_name, record_key
 from taps.rounds import Rollout
 from taps.weightonly import check_target_quant
 
@@ -48,6 +49,29 @@ def parse_entry(entry: str) -> tuple[str, int | None]:
 
 def _speculative(method: str) -> bool:
     return method not in PEERS and Method.parse(method).needs_draft
+
+
+def _is_dflash_folder(name: str | None) -> bool:
+    """Whether a drafter name is a folder of the DFlash kind: what transformers' DFlash speculation runs."""
+    return name is not None and Path(name).is_dir() and getattr(drafter_kind(name), "name", None) == "dflash"
+
+
+def _check_gguf(peer: str, role: str, model: str) -> None:
+    """A llama.cpp peer runs packaged models' GGUF files."""
+    from taps.assets import MODELS
+
+    if model not in MODELS:
+        raise ValueError(f"the {peer} peer runs a packaged model's GGUF file; the {role} {model!r} is not one "
+                         f"({', '.join(MODELS)})")
+
+
+def _check_llama_cpp(peer: str) -> None:
+    """A llama.cpp peer needs the `llama` extra, which CI and most installs lack."""
+    from importlib.util import find_spec
+
+    if find_spec("llama_cpp") is None:
+        raise ValueError(f"the {peer} peer needs llama-cpp-python: pip install 'taps-decode[llama]' "
+                         "(it builds llama.cpp from source: tens of minutes on 2 cores)")
 
 
 @dataclass(frozen=True)
@@ -118,18 +142,43 @@ class BenchConfig:
             raise ValueError("turns must be >= 1")
         check_scheme(self.drafter_quant)
         check_target_quant(self.target_quant, self.device)
-        if "llama-cpp" in names:
-            from importlib.util import find_spec
-
-            from taps.assets import MODELS
-
-            if self.target not in MODELS:
-                raise ValueError(f"the llama-cpp peer runs a packaged model's GGUF file; {self.target!r} is not one "
-                                 f"({', '.join(MODELS)})")
-            if find_spec("llama_cpp") is None:
-                raise ValueError("the llama-cpp peer needs llama-cpp-python: pip install 'taps-decode[llama]' "
-                                 "(it builds llama.cpp from source: tens of minutes on 2 cores)")
+        if "hf-dflash" in names and not _is_dflash_folder(self.drafter_name):
+            raise ValueError(f"the hf-dflash peer runs a DFlash drafter folder (config.json + model.safetensors) in "
+                             f"transformers; {self.drafter_name!r} is not one: give one with --drafter")
+        llama = [n for n in names if n in LLAMA_CPP_PEERS]
+        if llama:
+            _check_gguf(llama[0], "target", self.target)
+            if "llama-cpp-draft" in names:
+                _check_gguf("llama-cpp-draft", "assistant", self.assistant)
+            _check_llama_cpp(llama[0])
         Rollout(self.rollout_steps, self.rollout_reach)
+
+
+LLAMA_CONTEXT = 4096  # llama.cpp's context: the longest prompt and answers of every set fit
+LLAMA_DRAFT_TOKENS = 8  # tokens llama-cpp-draft's draft model proposes per round (llama.cpp's examples use 5-16)
+
+
+class GreedyDraft:
+    """A llama-cpp-python draft model (its `LlamaDraftModel` protocol, which `Llama` only calls, so
+    no subclass is needed and llama_cpp is not imported here: the sequence so far as a numpy array ->
+    the draft token ids) that is a second llama.cpp model proposing its `k` greedy
+    next tokens. `Llama.generate` keeps its KV cache for the longest common prefix with the
+    sequence it is given, so a round evaluates only the tokens committed since the last one: its
+    cache then holds the context and its first k - 1 drafts, and the target accepted a prefix of
+    those."""
+
+    def __init__(self, llm, k: int):
+        self.llm, self.k = llm, k
+
+    def __call__(self, input_ids, /, **kwargs):
+        import numpy as np
+
+        draft = []
+        for token in self.llm.generate(input_ids.tolist(), temp=0.0, reset=True):
+            draft.append(token)
+            if len(draft) == self.k:
+                break
+        return np.array(draft, dtype=np.intc)
 
 
 class Session:
@@ -148,19 +197,47 @@ class Session:
         )
         self.target = self.spec.target
         self._assistant = None
-        self._llama = None
+        self._dflash_assistant = None
+        self._llamas: dict = {}  # peer name -> its llama_cpp.Llama, made on first use
 
-    @property
-    def llama(self):
-        """llama.cpp over the target's packaged GGUF file, with as many threads as torch uses."""
-        if self._llama is None:
+    def llama(self, peer: str):
+        """The llama.cpp model of a LLAMA_CPP_PEERS peer: the target's packaged GGUF file, with as
+        many threads as torch uses, drafting as the name says (one model per peer: llama.cpp fixes
+        its draft model, and whether it keeps every position's logits, when the model is made)."""
+        if peer not in self._llamas:
             from llama_cpp import Llama
 
             from taps.assets import gguf_file
 
-            self._llama = Llama(model_path=str(gguf_file(self.cfg.target)), n_ctx=4096,
-                                n_threads=torch.get_num_threads(), verbose=False)
-        return self._llama
+            self._llamas[peer] = Llama(model_path=str(gguf_file(self.cfg.target)), n_ctx=LLAMA_CONTEXT,
+                                       n_threads=torch.get_num_threads(), draft_model=self._llama_draft(peer),
+                                       verbose=False)
+        return self._llamas[peer]
+
+    def _llama_draft(self, peer: str):
+        """What drafts for a llama.cpp peer: llama-cpp-python's own prompt lookup (10 tokens, as the
+        prompt-lookup peer), the --assistant's GGUF file drafting greedily, or nothing."""
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        if peer == "llama-cpp-lookup":
+            return LlamaPromptLookupDecoding(num_pred_tokens=10)
+        if peer == "llama-cpp-draft":
+            from llama_cpp import Llama
+
+            from taps.assets import gguf_file
+
+            return GreedyDraft(Llama(model_path=str(gguf_file(self.cfg.assistant)), n_ctx=LLAMA_CONTEXT,
+                                     n_threads=torch.get_num_threads(), verbose=False), LLAMA_DRAFT_TOKENS)
+        return None
+
+    @property
+    def dflash_assistant(self):
+        """The DFlash drafter folder of the speculative methods as transformers' DFlash assistant, in
+        the target's dtype (the drafter reads the target's features and feeds its LM head)."""
+        if self._dflash_assistant is None:
+            model, _ = read_dflash(self.cfg.drafter_name)
+            self._dflash_assistant = as_transformers_assistant(model.to(DTYPES[self.cfg.dtype]))
+        return self._dflash_assistant
 
     @property
     def assistant(self):
@@ -218,46 +295,56 @@ def _hf_generate(session: Session, ids: list[int], temperature: float, seed: int
     return out[0, len(ids):].tolist(), seconds, None
 
 
-def run_hf_assisted(session, prompt, method, budget, temperature, seed, max_new) -> Run:
-    ids, texts, secs, _ = _conversation(session, prompt, lambda x: _hf_generate(
-        session, x, temperature, seed, max_new, assistant_model=session.assistant))
-    return Run(ids, texts, secs)
+def _hf_peer(options: Callable[[Session], dict]) -> Callable[..., Run]:
+    """A peer that is transformers' own `model.generate`, called with `options(session)` besides
+    the shared sampling settings of `_hf_generate` (an assistant, prompt lookup, or none)."""
+
+    def run(session, prompt, method, budget, temperature, seed, max_new) -> Run:
+        ids, texts, secs, _ = _conversation(session, prompt, lambda x: _hf_generate(
+            session, x, temperature, seed, max_new, **options(session)))
+        return Run(ids, texts, secs)
+
+    return run
 
 
-def run_prompt_lookup(session, prompt, method, budget, temperature, seed, max_new) -> Run:
-    ids, texts, secs, _ = _conversation(session, prompt, lambda x: _hf_generate(
-        session, x, temperature, seed, max_new, prompt_lookup_num_tokens=10))
-    return Run(ids, texts, secs)
+def _llama_peer(peer: str) -> Callable[..., Run]:
+    """A peer that is llama.cpp (llama-cpp-python) decoding the packaged GGUF file itself, its
+    4-bit weights as they ship, with the speculation the `peer` name asks for (`Session.llama`):
+    another model than taps' dequantized one, so its output is not taps' (reported
+    for speed, not exactness). It is fed the same prompt token ids and stops on the same tokens."""
 
+    def run(session, prompt, method, budget, temperature, seed, max_new) -> Run:
+        llm = session.llama(peer)
+        stop = set(default_stop_ids(session.target))
 
-def run_llama_cpp(session, prompt, method, budget, temperature, seed, max_new) -> Run:
-    """llama.cpp (llama-cpp-python) decoding the packaged GGUF file itself, its 4-bit weights as
-    they ship: another model than taps' dequantized one, so its output is not taps' (reported for
-    speed, not exactness). It is fed the same prompt token ids and stops on the same tokens."""
-    llm = session.llama
-    stop = set(default_stop_ids(session.target))
+        def answer(ids):
+            out = []
+            t0 = time.perf_counter()
+            llm.set_seed(seed)
+            for token in llm.generate(ids, temp=temperature, top_k=0, top_p=1.0, min_p=0.0, reset=True):
+                if token in stop:
+                    break
+                out.append(token)
+                if len(out) == max_new:
+                    break
+            return out, time.perf_counter() - t0, None
 
-    def answer(ids):
-        out = []
-        t0 = time.perf_counter()
-        llm.set_seed(seed)
-        for token in llm.generate(ids, temp=temperature, top_k=0, top_p=1.0, min_p=0.0, reset=True):
-            if token in stop:
-                break
-            out.append(token)
-            if len(out) == max_new:
-                break
-        return out, time.perf_counter() - t0, None
+        ids, texts, secs, _ = _conversation(session, prompt, answer)
+        return Run(ids, texts, secs)
 
-    ids, texts, secs, _ = _conversation(session, prompt, answer)
-    return Run(ids, texts, secs)
+    return run
 
 
 # Peers: what users would pick instead, run through their own libraries, not re-implemented.
 PEERS: dict[str, Callable[..., Run]] = {
-    "hf-assisted": run_hf_assisted,  # assisted generation with a small sibling as assistant
-    "prompt-lookup": run_prompt_lookup,  # prompt lookup decoding (n-gram copy from the context)
-    "llama-cpp": run_llama_cpp,  # llama.cpp on the packaged GGUF (4-bit weights; the `llama` extra)
+    "hf-generate": _hf_peer(lambda s: {}),  # transformers' plain generate: the baseline users know
+    "hf-assisted": _hf_peer(lambda s: {"assistant_model": s.assistant}),  # a small sibling as assistant
+    "prompt-lookup": _hf_peer(lambda s: {"prompt_lookup_num_tokens": 10}),  # n-gram copy from the context
+    # transformers' own DFlash speculation with the drafter of the speculative methods
+    "hf-dflash": _hf_peer(lambda s: {"assistant_model": s.dflash_assistant, "speculation_type": "dflash"}),
+    # llama.cpp on the packaged GGUF (4-bit weights; the `llama` extra): plain, with its prompt
+    # lookup draft, and with the --assistant's GGUF drafting greedily (Session.llama)
+    **{name: _llama_peer(name) for name in LLAMA_CPP_PEERS},
 }
 
 
@@ -272,7 +359,7 @@ def environment(cfg: BenchConfig) -> dict:
         "linear": linear_in_use(cfg.dtype, cfg.linear),
         "drafter_quant": cfg.drafter_quant,
         "target_quant": cfg.target_quant,
-        "scorer": cfg.scorer_dir,
+        "scorer": portable_name(cfg.scorer_dir),
         "seed": cfg.seed,
         "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
     }
@@ -284,13 +371,14 @@ SELECTION_FIELDS = ("methods", "datasets", "limit", "temperatures", "budgets", "
 
 
 def file_settings(cfg: BenchConfig) -> dict:
-    """What a results file pins: every BenchConfig field but SELECTION_FIELDS, with the scorer
+    """What a results file pins: every BenchConfig field but SELECTION_FIELDS, with the drafter and scorer
     as resolved and Spec-Bench's questions by content (not path), and the machine (CPU, linear
     kernel): sessions do not always get the same CPU, and a file's speedups compare runs of one
     machine only."""
     pinned = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in SELECTION_FIELDS}
-    pinned.update(scorer=cfg.scorer_dir, spec_bench=spec_bench_digest(cfg.spec_bench))
-    pinned.update(drafter=cfg.drafter_name)
+    pinned.update(scorer=cfg.scorer_dir, spec_bench=spec_bench_digest(cfg.spec_bench), drafter=cfg.drafter_name)
+    # models by portable name: a file made from one checkout resumes from another
+    pinned.update({k: portable_name(pinned[k]) for k in ("target", "drafter", "scorer", "assistant", "profile")})
     if cfg.target_quant == "none":  # files written before quantized targets existed stay resumable
         del pinned["target_quant"]
     if cfg.static_profile:  # files written before the online refit ran static profiles: resumable with it

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from taps.files import make_folder
 
+PACKAGE = Path(__file__).resolve().parent  # the taps package this code runs from
 HEADER_KEY = "settings"  # the first line of a pinned file: {"settings": {...}} and nothing else
 
 
@@ -198,16 +199,38 @@ class Run:
     copy_rounds: int = 0  # rounds that verified an n-gram continuation without calling the drafter (taps.copying)
 
 
+def portable_name(name: str | None) -> str | None:
+    """How records and reports name a model, drafter or scorer: never by an absolute path of the
+    machine, which says nothing on another one. A path inside the taps package becomes
+    package-relative (`taps/shipped/smollm2-135m`), and so does one inside any source checkout of
+    taps (`.../src/taps/...`: older results name the snapshot a benchmark ran from); a path inside
+    the working directory becomes relative to it, one in the home folder `~/...`. Names (packaged
+    models, hub ids, test drafters), relative paths and None are returned unchanged."""
+    if name is None or not Path(name).is_absolute():
+        return name
+    path = Path(os.path.normpath(name))
+    if path.resolve().is_relative_to(PACKAGE):
+        return (Path(PACKAGE.name) / path.resolve().relative_to(PACKAGE)).as_posix()
+    checkouts = [i for i in range(len(path.parts) - 1) if path.parts[i:i + 2] == ("src", "taps")]
+    if checkouts:
+        return Path(*path.parts[checkouts[-1] + 1:]).as_posix()
+    for root, prefix in ((Path.cwd(), Path()), (Path.home(), Path("~"))):
+        if path.is_relative_to(root):
+            return (prefix / path.relative_to(root)).as_posix()
+    return name
+
+
 def bench_record(*, dataset: str, prompt_id: str, category: str, method: str, budget: int | None,
                  temperature: float, target: str, drafter: str | None, run: Run, peak_rss_mb: float,
                  env: dict) -> dict:
     """The record of one run: its key (KEY_FIELDS), the prompt's category, the models (drafter
     None for methods that draft nothing), every field of `run`, the totals the summaries read
-    (new_tokens, total_seconds), the process's peak memory and the environment it ran in."""
+    (new_tokens, total_seconds), the process's peak memory and the environment it ran in. Models are
+    named by `portable_name`."""
     return {
         "dataset": dataset, "prompt_id": prompt_id, "category": category,
         "method": method, "budget": budget, "temperature": temperature,
-        "target": target, "drafter": drafter,
+        "target": portable_name(target), "drafter": portable_name(drafter),
         **asdict(run),
         "new_tokens": sum(len(t) for t in run.token_ids), "total_seconds": sum(run.seconds),
         "peak_rss_mb": peak_rss_mb, "env": env,
@@ -216,6 +239,11 @@ def bench_record(*, dataset: str, prompt_id: str, category: str, method: str, bu
 
 def record_key(rec: dict) -> tuple:
     return tuple(rec[k] for k in KEY_FIELDS)
+
+
+# Peers that run llama.cpp's own model (the packaged GGUF's 4-bit weights), not the target taps
+# decodes: their records count for speed, never as lossless ratios to ar (taps.report).
+LLAMA_CPP_PEERS = ("llama-cpp", "llama-cpp-lookup", "llama-cpp-draft")
 
 
 def is_peer(rec: dict) -> bool:

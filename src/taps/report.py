@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from taps.files import make_folder
-from taps.records import group_label, is_peer
+from taps.records import LLAMA_CPP_PEERS, group_label, is_peer, portable_name
 from taps.summary import (
     distinct,
     interval_text,
@@ -171,10 +171,12 @@ def same_size_tau(records: list[dict], reference: str = "ddtree") -> list[dict]:
 
 
 def environment_lines(records: list[dict]) -> list[str]:
-    """Models and machine, one line per distinct environment (a resumed run may add another)."""
-    targets = ", ".join(map(str, distinct(r["target"] for r in records)))
-    drafters = ", ".join(map(str, distinct(r["drafter"] for r in records if r["drafter"] is not None))) or "-"
-    envs = distinct(r.get("env") or {} for r in records)
+    """Models and machine, one line per distinct environment (a resumed run may add another); models
+    and scorers by `portable_name`, so older records that hold absolute paths report alike."""
+    targets = ", ".join(map(str, distinct(portable_name(r["target"]) for r in records)))
+    drafters = ", ".join(map(str, distinct(portable_name(r["drafter"]) for r in records if r["drafter"] is not None))) or "-"
+    envs = distinct({**env, "scorer": portable_name(env["scorer"])} if env.get("scorer") else env
+                    for env in (r.get("env") or {} for r in records))
     lines = [f"Models: target {targets}; drafter {drafters}."]
     lines += ["Environment: " + (", ".join(f"{k} {v}" for k, v in env.items()) or "not recorded") + "." for env in envs]
     return lines
@@ -239,6 +241,15 @@ def round_cost_section(records: list[dict]) -> list[str]:
     ]
 
 
+MIN_PROMPTS = 30  # a headline cell over fewer prompts is marked FEW: its median and interval rest on little
+FEW = "†"
+
+
+def _few(prompts: int) -> str:
+    """What a headline cell over `prompts` prompts adds: FEW below MIN_PROMPTS."""
+    return f" {FEW}" if prompts < MIN_PROMPTS else ""
+
+
 def _label(method: str, budget: int | None) -> str:
     return method if budget is None else f"{method}:{budget}"
 
@@ -264,11 +275,12 @@ def speedup_matrix(records: list[dict]) -> str:
         if x is None or x["tokens_per_second"] is None:
             return None
         if key[1] == "ar":
-            return f"{x['tokens_per_second']:.2f}"
+            return f"{x['tokens_per_second']:.2f}{_few(x['prompts'])}"
         if x["speedup_vs_ar"] is None:
             return None
         level = " level" if is_level(x["ci_low"], x["ci_high"]) else ""
-        return f"{x['speedup_vs_ar']:.2f}x{level}" + ("" if x["tau"] is None else f" ({x['tau']:.1f})")
+        tau = "" if x["tau"] is None else f" ({x['tau']:.1f})"
+        return f"{x['speedup_vs_ar']:.2f}x{level}{tau}{_few(x['prompts'])}"
 
     keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in distinct((x["method"], x["budget"]) for x in summary)]
     return _matrix(keys, distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
@@ -291,7 +303,8 @@ def rival_matrix(rows: list[dict]) -> str:
         if r is None or r["speedup_vs_rival"] is None:
             return None
         level = " level" if r["verdict"] == "level" else ""
-        return f"{r['speedup_vs_rival']:.2f}x{level}" + ("" if r["rival_budget"] is None else f" (:{r['rival_budget']})")
+        rival_budget = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
+        return f"{r['speedup_vs_rival']:.2f}x{level}{rival_budget}{_few(r['prompts'])}"
 
     keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
     return _matrix(keys, distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
@@ -299,14 +312,19 @@ def rival_matrix(rows: list[dict]) -> str:
 
 def matrix_section(records: list[dict], rival_rows: list[dict]) -> list[str]:
     """The report's headline: `speedup_matrix`, then `rival_matrix` of `taps_rival_rows(records)`
-    when taps met a rival."""
-    lines = ["## Speedup over ar at a glance", "", speedup_matrix(records), "",
+    when taps met a rival, and the footnote to cells over fewer than MIN_PROMPTS prompts if any."""
+    matrix = speedup_matrix(records)
+    lines = ["## Speedup over ar at a glance", "", matrix, "",
              "- cells: speedup vs ar (tau in brackets), \"level\" where its 95% interval contains 1; the full table "
-             "below has every number and interval.", ""]
+             "below has every number and interval."]
     if rival_rows:
-        lines += ["Paired median ratio of tokens/s on the same prompts (ddtree: its best budget on that set):", "",
-                  rival_matrix(rival_rows), ""]
-    return lines
+        rivals = rival_matrix(rival_rows)
+        lines += ["", "Paired median ratio of tokens/s on the same prompts (ddtree: its best budget on that set):", "",
+                  rivals]
+        matrix += rivals
+    if FEW in matrix:
+        lines += ["", f"{FEW} fewer than {MIN_PROMPTS} prompts."]
+    return [*lines, ""]
 
 
 def head_to_head_section(rows: list[dict]) -> list[str]:
@@ -344,23 +362,58 @@ def same_size_section(records: list[dict]) -> list[str]:
     ]
 
 
+LLAMA_CPP_COLUMNS = (
+    ("dataset", "dataset", "s"),
+    ("temperature", "T", ".1f"),
+    ("method", "method", "s"),
+    ("prompts", "prompts", "d"),
+    ("tokens_per_second", "tokens/s", ".2f"),
+    ("ar_tokens_per_second", "taps ar tokens/s", ".2f"),
+)
+
+
+def llama_cpp_section(records: list[dict]) -> list[str]:
+    """The report's lines on the llama.cpp peers (records.LLAMA_CPP_PEERS): their median tokens/s
+    beside taps' ar on the same set and temperature, and no ratio: they decode the GGUF's own 4-bit
+    model, so their speed is not a lossless speedup of the target. None without such records."""
+    summary = summarize(records)
+    ar = {(x["dataset"], x["temperature"]): x["tokens_per_second"] for x in summary if x["method"] == "ar"}
+    rows = [{**x, "ar_tokens_per_second": ar.get((x["dataset"], x["temperature"]))}
+            for x in summary if x["method"] in LLAMA_CPP_PEERS]
+    if not rows:
+        return []
+    return [
+        "## llama.cpp (its own 4-bit model)",
+        "",
+        markdown_table(rows, LLAMA_CPP_COLUMNS),
+        "",
+        "- llama.cpp decodes the packaged GGUF file's 4-bit weights, another model than the target taps "
+        "decodes, so its outputs are not taps' and its speed is no lossless speedup: median tokens/s over "
+        "prompts, with taps' plain decoding (ar) of the target on the same prompts for scale. llama-cpp-lookup "
+        "drafts by its prompt lookup, llama-cpp-draft with the --assistant's GGUF file.",
+        "",
+    ]
+
+
 def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
     """Write out_dir/report.md (summary table, environment, links to the plots) and the PNG plots
     beside it; returns the report's path."""
     records = list(records)
     if not records:
         raise ValueError("no benchmark records to report")
+    # every comparison of the target's decodings leaves llama.cpp's other model out (its own section)
+    own = [r for r in records if r["method"] not in LLAMA_CPP_PEERS]
     from taps.report_plots import plots  # the plotting stack loads only here
 
     out_dir = make_folder(out_dir, f"the report to {out_dir}", "choose another --out")
 
     figures = []
-    for name, (caption, draw) in plots(records).items():
+    for name, (caption, draw) in plots(own).items():
         path = out_dir / name
         path.unlink(missing_ok=True)  # a plot with no data now must not leave an older one behind
         if draw(path):
             figures += [f"![{caption}]({name})", ""]  # a blank line each: one image per paragraph
-    rival_rows = taps_rival_rows(records)  # head_to_head is the report's costliest table: computed once
+    rival_rows = taps_rival_rows(own)  # head_to_head is the report's costliest table: computed once
     lines = [
         "# taps benchmark report",
         "",
@@ -368,17 +421,18 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         "",
         *environment_lines(records),
         "",
-        *matrix_section(records, rival_rows),
+        *matrix_section(own, rival_rows),
         "## Every method, dataset and temperature",
         "",
-        markdown_table(summarize(records)),
+        markdown_table(summarize(own)),
         "",
         DEFINITIONS,
         "",
         *head_to_head_section(rival_rows),
-        *same_size_section(records),
-        *round_cost_section(records),
-        "## Plots (all datasets pooled)",
+        *llama_cpp_section(records),
+        *same_size_section(own),
+        *round_cost_section(own),
+        "## Plots",
         "",
         *(figures or ["No plottable data.", ""]),
     ]

@@ -86,11 +86,10 @@ def summarize(records: Iterable[dict]) -> list[dict]:
     return rows
 
 
-def pooled_rows(records: list[dict]) -> list[dict]:
-    """Summary rows over all datasets at once. Prompt ids are made unique across datasets so each
-    prompt is still paired with ar's run of that same prompt."""
-    pooled = [{**r, "dataset": "all", "prompt_id": f"{r['dataset']}/{r['prompt_id']}"} for r in records]
-    return summarize(pooled)
+def set_rows(records: list[dict]) -> list[dict]:
+    """Summary rows per prompt set rather than per `group_label`: Spec-Bench's categories together
+    (its rows' dataset reads `spec-bench/all`), each prompt still paired with ar's run of it."""
+    return summarize({**r, "category": "all"} for r in records)
 
 
 def machine_label(records: Iterable[dict]) -> str:
@@ -103,7 +102,8 @@ def machine_label(records: Iterable[dict]) -> str:
         quant = env.get("target_quant", "none")
         labels.append(f"{env.get('cpu', '?')}, {env.get('threads', '?')} threads, {env.get('linear', '?')}, "
                       f"{env.get('dtype', '?')}" + ("" if quant == "none" else f", target {quant}"))
-    return " / ".join(labels) or "machine not recorded"
+    # environments that differ elsewhere (a scorer path, a seed) name the same machine once
+    return " / ".join(distinct(labels)) or "machine not recorded"
 
 
 def distinct(values: Iterable) -> list:

@@ -253,6 +253,36 @@ def read_dflash(folder: str | os.PathLike) -> tuple[DFlashDrafterModel, dict]:
     return model.eval(), raw
 
 
+# our parameter names that transformers' DFlash assistant spells otherwise; every other name is the same
+TRANSFORMERS_NAMES = {"fc.weight": "encoder.fc.weight", "hidden_norm.weight": "encoder.output_norm_enc.weight"}
+
+
+def as_transformers_assistant(model: DFlashDrafterModel):
+    """The drafter as transformers' own DFlash assistant, `MuseGlimmerAssistantModel` (5.19), which
+    `model.generate(..., assistant_model=..., speculation_type="dflash")` runs: the same network
+    (context projection `fc` + `hidden_norm`, layers with q/k norms, a block of the root and mask
+    tokens attending to the context and to each other) under the names of TRANSFORMERS_NAMES. Its
+    `target_layer_ids` mean what ours do: transformers asks the target for those layers as
+    `output_hidden_states`, and that tuple holds layer i's output at index i. transformers scores
+    every token with the target's LM head, so a draft vocabulary is dropped: the drafter then also
+    proposes tokens outside it, which the target verifies like any other (lossless either way)."""
+    from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+
+    cfg = model.config
+    assistant = MuseGlimmerAssistantModel(MuseGlimmerAssistantConfig(
+        hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        layer_types=["full_attention"] * cfg.num_hidden_layers, block_size=cfg.block_size,
+        mask_token_id=cfg.mask_token_id, target_layer_ids=list(cfg.target_layer_ids),
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    ))  # fmt: skip
+    state = {TRANSFORMERS_NAMES.get(name, name): t for name, t in model.state_dict().items() if name != DRAFT_VOCAB_KEY}
+    assistant.load_state_dict(state, strict=True)
+    return assistant.to(next(model.parameters()).dtype).eval()
+
+
 def _check_trained_for(info: dict, target: Target, source: str) -> None:
     have = {
         "vocab_size": target.vocab_size,
