@@ -11,10 +11,10 @@ from taps import datasets
 from taps.cli import build_parser, main
 from taps.datasets import GSM_SYMBOLIC_SEED, Prompt
 from taps.records import read_records, read_settings
+from taps.train import cli as T
 from taps.train import data as D
 from taps.train import overlap as O
 from taps.train import prompts as P
-from taps.train import cli as T
 from taps.train import stdlib as S
 from taps.train.cli import TRAIN_HELP, TRAIN_REQUIRED
 from taps.train.drafter import TrainDrafterConfig, load_sequences
