@@ -7,7 +7,7 @@
 # tokens, 20 requests per level. A quiet machine: nothing else running. Needs `make install-vllm`.
 # Usage: results/vllm-cpu/bench.sh [SPECULATION...]   (default: none ngram draft-model taps)
 #   VENV (.venv-vllm), OUT (results/vllm-cpu/load.jsonl), LEVELS (1,4,16), LIMIT (10 per dataset),
-#   REQUESTS (20), MAX_TOKENS (128), PORT (8766)
+#   REQUESTS (20), MAX_TOKENS (128), PORT (8766); VLLM_CPU_KVCACHE_SPACE (2 GiB: ~74K tokens of the 1.5B)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv-vllm}
@@ -17,6 +17,7 @@ LIMIT=${LIMIT:-10}
 REQUESTS=${REQUESTS:-20}
 MAX_TOKENS=${MAX_TOKENS:-128}
 PORT=${PORT:-8766}
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
 mkdir -p runs
 SPECULATIONS=${*:-none ngram draft-model taps}
 for spec in $SPECULATIONS; do

@@ -12,6 +12,7 @@ buffer; the embeddings stay the target's, which vLLM shares when the drafter shi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -22,6 +23,29 @@ from safetensors.torch import save_file
 from taps.drafters.dflash import CONFIG_FILE, WEIGHTS_FILE, DFlashDrafter
 from taps.drafters.dflash_model import DRAFT_VOCAB_KEY
 from taps.files import read_json
+from taps.target import Target
+
+
+def exported_for(target: str, drafter: str | None, dtype: str, k: int) -> Path:
+    """vLLM's copy of the DFlash `drafter` folder (default: the one taps ships for `target`), checked
+    against the target loaded in `dtype` and written under $TAPS_HOME/vllm-dflash/ (again on every
+    call: seconds), for `k` drafted tokens."""
+    from taps.assets import DTYPES, load_model, writable_home
+    from taps.drafters import load_drafter, shipped_drafter
+
+    folder = drafter or shipped_drafter(target)
+    if folder is None:
+        raise ValueError(f"taps ships no drafter for {target}: pass --drafter DFLASH_FOLDER")
+    model, _ = load_model(target, dtype=DTYPES[dtype])
+    loaded = load_drafter(folder, Target(model))
+    if not isinstance(loaded, DFlashDrafter):
+        raise ValueError(f"{folder} is no DFlash drafter: vLLM's dflash method runs DFlash-layout drafters "
+                         "(--speculation taps runs a grown one)")
+    if k > loaded.block_len:
+        raise ValueError(f"--k {k}, but the drafter in {folder} proposes {loaded.block_len} tokens: pass --k <= {loaded.block_len}")
+    where = str(Path(folder).resolve())
+    out = writable_home() / "vllm-dflash" / f"{Path(where).name}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+    return export_dflash(loaded, folder, out)
 
 
 def export_dflash(drafter: DFlashDrafter, folder: str | os.PathLike, out: str | os.PathLike) -> Path:

@@ -7,6 +7,7 @@ Speculations (`--speculation`):
   taps         taps' grown drafter through vLLM's custom_class method (taps.vllm_proposer)
   ngram        vLLM's n-gram lookup, with the match length of taps' lookup candidates (taps.lookup)
   draft-model  a plain draft model (default qwen2.5-coder-0.5b), vLLM's draft_model method
+  dflash       a DFlash-layout drafter through vLLM's own dflash method (taps.vllm_dflash exports it)
 Every one is a chain of at most --k tokens: vLLM 0.32 verifies no trees.
 """
 
@@ -19,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SPECULATIONS = ("none", "taps", "ngram", "draft-model")
+SPECULATIONS = ("none", "taps", "ngram", "draft-model", "dflash")
 LOOKUP_N = 3  # taps.lookup's n-gram: the last 3 committed tokens are matched
 
 
@@ -28,7 +29,7 @@ class VllmServe:
     target: str  # packaged name, folder or hub id
     speculation: str = "taps"
     k: int = 7  # drafted tokens per step (the shipped grown drafter's block)
-    drafter: str | None = None  # taps: a grown drafter folder (default: the one shipped for --target)
+    drafter: str | None = None  # taps, dflash: a drafter folder (default: the one shipped for --target)
     draft_model: str = "qwen2.5-coder-0.5b"  # draft-model: packaged name, folder or hub id
     dtype: str = "bfloat16"
     host: str = "127.0.0.1"
@@ -56,6 +57,11 @@ def speculative_config(cfg: VllmServe) -> tuple[dict | None, dict[str, str]]:
     if cfg.speculation == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k, "prompt_lookup_min": LOOKUP_N,
                 "prompt_lookup_max": LOOKUP_N}, {}
+    if cfg.speculation == "dflash":
+        from taps.vllm_dflash import exported_for
+
+        return {"method": "dflash", "model": str(exported_for(cfg.target, cfg.drafter, cfg.dtype, cfg.k)),
+                "num_speculative_tokens": cfg.k}, {}
     return {"method": "draft_model", "model": resolve(cfg.draft_model), "num_speculative_tokens": cfg.k}, {}
 
 
