@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     questions = load_questions(args.datasets, args.limit) if args.datasets else PROMPTS
-    run_level(url, headers, 1, 1, 8, args.timeout, questions)  # warm-up, not recorded: the first call pays one-off costs
+    # warm-up, not recorded: the first call pays one-off costs
+    run_level(url, headers, 1, 1, 8, args.timeout, questions)
     for level in levels:
         record = run_level(url, headers, level, args.requests, args.max_tokens, args.timeout, questions)
         record.update(cpu=cpu_name(), cores=os.cpu_count(), url=url, note=args.note,

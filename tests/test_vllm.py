@@ -22,11 +22,11 @@ import pytest
 
 pytest.importorskip("vllm", reason="the vllm extra is not installed (make install-vllm; docs/vllm.md)")
 
-import taps  # noqa: E402
-from taps.assets import resolve  # noqa: E402
-from taps.drafters import shipped_drafter  # noqa: E402
-from taps.vllm_dflash import exported_for  # noqa: E402
-from taps.vllm_proposer import DRAFTER_ENV, PROPOSER, ChainProposer  # noqa: E402
+import taps
+from taps.assets import resolve
+from taps.drafters import shipped_drafter
+from taps.vllm_dflash import exported_for
+from taps.vllm_proposer import DRAFTER_ENV, PROPOSER, ChainProposer
 
 pytestmark = pytest.mark.vllm
 
@@ -38,7 +38,8 @@ PROMPTS = [
     "# Python: merge two sorted lists\n",
     "Write a function that checks whether a string is a palindrome.\n" * 8,  # > CHUNK tokens
 ]
-CHAT = ["Write a Python function that checks whether a number is prime.", "Explain what a hash table is in two sentences."]
+CHAT = ["Write a Python function that checks whether a number is prime.",
+        "Explain what a hash table is in two sentences."]
 
 
 def run_vllm(model: str, prompts: list[list[int]], budgets: list[int], speculative: dict | None,

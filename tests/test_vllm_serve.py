@@ -47,7 +47,7 @@ def test_each_speculation_becomes_its_vllm_method(model_dir):
 
 
 def test_drafters_that_need_hidden_states_are_refused_before_vllm_starts(model_dir, tmp_path):
-    with pytest.raises(ValueError, match="is a dflash drafter.*--drafter GROWN_FOLDER"):
+    with pytest.raises(ValueError, match=r"is a dflash drafter.*--drafter GROWN_FOLDER"):
         command(VllmServe(model_dir, "taps", drafter=DFLASH))
     with pytest.raises(ValueError, match="is no drafter folder"):
         command(VllmServe(model_dir, "taps", drafter=str(tmp_path)))

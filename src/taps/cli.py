@@ -324,13 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
                                             "(needs the vllm extra; docs/vllm.md)")
     vs.add_argument("--target", default="qwen2.5-coder-1.5b", help="packaged model name, local HF folder or hub id")
     vs.add_argument("--speculation", choices=SPECULATIONS, default="taps",
-                    help="taps: taps' grown drafter (custom_class); ngram; draft-model; dflash: a DFlash drafter through "
-                         "vLLM's dflash; none: plain (default taps)")
+                    help="taps: taps' grown drafter (custom_class); ngram; draft-model; dflash: a DFlash "
+                         "drafter through vLLM's dflash; none: plain (default taps)")
     vs.add_argument("--k", type=bounded(int, 1, 64), default=7, help="drafted tokens per step, one chain (7)")
-    vs.add_argument("--drafter", default=None, help="drafter folder for taps (grown) or dflash (default: the one taps ships "
-                                                    "for --target)")
-    vs.add_argument("--draft-model", default="qwen2.5-coder-0.5b", help="the draft-model speculation's model (qwen2.5-coder-0.5b)")
-    vs.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="vLLM's model dtype (bfloat16)")
+    vs.add_argument("--drafter", default=None,
+                    help="drafter folder for taps (grown) or dflash (default: the one taps ships for --target)")
+    vs.add_argument("--draft-model", default="qwen2.5-coder-0.5b",
+                    help="the draft-model speculation's model (qwen2.5-coder-0.5b)")
+    vs.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                    help="vLLM's model dtype (bfloat16)")
     vs.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     vs.add_argument("--port", type=bounded(int, 1, 65535), default=8000, help="port to listen on (default 8000)")
     vs.add_argument("--max-model-len", type=bounded(int, 16), default=4096, help="context limit per request (4096)")

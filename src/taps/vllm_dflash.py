@@ -42,7 +42,8 @@ def exported_for(target: str, drafter: str | None, dtype: str, k: int) -> Path:
         raise ValueError(f"{folder} is no DFlash drafter: vLLM's dflash method runs DFlash-layout drafters "
                          "(--speculation taps runs a grown one)")
     if k > loaded.block_len:
-        raise ValueError(f"--k {k}, but the drafter in {folder} proposes {loaded.block_len} tokens: pass --k <= {loaded.block_len}")
+        raise ValueError(f"--k {k}, but the drafter in {folder} proposes {loaded.block_len} tokens: "
+                         f"pass --k <= {loaded.block_len}")
     where = str(Path(folder).resolve())
     out = writable_home() / "vllm-dflash" / f"{Path(where).name}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
     return export_dflash(loaded, folder, out)
