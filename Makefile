@@ -47,5 +47,7 @@ VLLM_VENV ?= .venv-vllm
 install-vllm:
 	scripts/install_vllm.sh $(VLLM_VENV)
 
+# -m 'not slow' lifts pyproject's default 'not vllm'
 test-vllm:
-	$(VLLM_VENV)/bin/pytest -q -m vllm tests/test_vllm.py tests/test_vllm_proposer.py
+	$(VLLM_VENV)/bin/pytest -q -m 'not slow' tests/test_vllm.py tests/test_vllm_proposer.py tests/test_vllm_serve.py \
+		tests/test_vllm_dflash.py

@@ -99,7 +99,8 @@ class TapsProposer(ChainProposer):
         drafter = load_drafter(folder, target)
         if drafter.feature_layers:
             raise ValueError(f"the drafter in {folder} reads the target's hidden states, which vLLM's custom_class "
-                             "proposers never get; serve it with vLLM's dflash method (docs/vllm.md)")
+                             "proposers never get; serve it with vLLM's dflash method "
+                             "(taps vllm-serve --speculation dflash)")
         super().__init__(drafter, vllm_config.speculative_config.num_speculative_tokens, model_config.max_model_len)
 
 

@@ -74,7 +74,7 @@ def check_grown(folder: str) -> None:
     if kind is None or kind.name != "grown":
         what = f"a {kind.name} drafter" if kind else "no drafter folder"
         raise ValueError(f"{folder} is {what}; vLLM passes taps' proposer token histories only, which a grown drafter "
-                         "reads: pass --drafter GROWN_FOLDER (docs/vllm.md says how the others run in vLLM)")
+                         "reads: pass --drafter GROWN_FOLDER, or --speculation dflash for a DFlash drafter")
 
 
 def command(cfg: VllmServe) -> tuple[list[str], dict[str, str]]:
