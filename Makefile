@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 TAPS := $(VENV)/bin/taps
 PROMPT ?= Write a Python function that checks whether a number is prime.
 
-.PHONY: demo test test-slow clean-venv install-check
+.PHONY: demo test test-slow clean-venv install-check install-vllm test-vllm
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -40,3 +40,14 @@ clean-venv:
 # then taps without constraints.txt: it must keep that release, pass `pip check` and decode exactly.
 install-check:
 	scripts/check_install.sh $(TRANSFORMERS)
+
+# Issue 24: vLLM's CPU build in a venv of its own (.venv-vllm; it pins torch and transformers to its
+# releases), with taps installed editable beside it; then the tests of taps inside vLLM (docs/vllm.md).
+VLLM_VENV ?= .venv-vllm
+install-vllm:
+	scripts/install_vllm.sh $(VLLM_VENV)
+
+# -m 'not slow' lifts pyproject's default 'not vllm'
+test-vllm:
+	$(VLLM_VENV)/bin/pytest -q -m 'not slow' tests/test_vllm.py tests/test_vllm_proposer.py tests/test_vllm_serve.py \
+		tests/test_vllm_dflash.py

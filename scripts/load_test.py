@@ -5,8 +5,10 @@ that many client threads, then stops; it measures requests per minute, time to f
 (TTFT), inter-token latency (ITL: the gap between consecutive streamed pieces, as vLLM's
 benchmark defines it) and time per output token (TPOT: a request's decode time over its
 tokens), p50 and p95, and reads the server's own tau and decode speed for exactly those
-requests from the increase of its /metrics counters. One JSONL record per level, with the CPU
-named. Loopback only: it refuses any other host.
+requests from the increase of its /metrics counters: taps serve's, or vLLM's speculative
+decoding counters (tau and the acceptance rate per draft position) when a vLLM server answers
+(`taps vllm-serve`, results/vllm-cpu/bench.sh). One JSONL record per level, with the CPU named.
+Loopback only: it refuses any other host.
 
     taps serve --target smollm2-135m --method taps &        # then, once it answers /health:
     python scripts/load_test.py --out runs/load.jsonl       # concurrency 1, 4, 16
@@ -77,9 +79,36 @@ def metrics(client: httpx.Client, url: str) -> dict[str, float]:
             if line and not line.startswith("#")}
 
 
-def run_level(url: str, headers: dict, concurrency: int, requests: int, max_tokens: int, timeout: float) -> dict:
+def vllm_speculation(delta: dict[str, float]) -> dict:
+    """tau (tokens per verification: 1 + accepted / drafts) and the acceptance rate at each draft
+    position (accepted there / drafts) from the increase of vLLM's spec_decode counters; {} when
+    the server is no speculating vLLM."""
+    def total(name: str) -> float:
+        return sum(v for k, v in delta.items() if k.split("{")[0] == name)
+
+    drafts = total("vllm:spec_decode_num_drafts_total")
+    if not drafts:
+        return {}
+    per_pos: dict[int, float] = {}
+    for key, value in delta.items():
+        if key.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total{"):
+            position = int(key.partition('position="')[2].partition('"')[0])
+            per_pos[position] = per_pos.get(position, 0.0) + value
+    return {"vllm_tau": 1 + total("vllm:spec_decode_num_accepted_tokens_total") / drafts,
+            "vllm_acceptance_per_position": [per_pos[i] / drafts for i in sorted(per_pos)]}
+
+
+def load_questions(datasets: str, limit: int) -> list[str]:
+    """The first user turn of the first `limit` prompts of each taps dataset named (comma-separated)."""
+    from taps.datasets import load_prompts
+
+    return [prompt.turns[0] for name in datasets.split(",") if name for prompt in load_prompts(name, limit)]
+
+
+def run_level(url: str, headers: dict, concurrency: int, requests: int, max_tokens: int, timeout: float,
+              questions: list[str]) -> dict:
     """`requests` requests from `concurrency` threads; the server's counters read before and after."""
-    prompts = itertools.cycle(PROMPTS)
+    prompts = itertools.cycle(questions)
     bodies = [{"model": None, "messages": [{"role": "user", "content": next(prompts)}], "max_tokens": max_tokens,
                "temperature": 0, "stream": True, "stream_options": {"include_usage": True}} for _ in range(requests)]
     results: list[dict] = []
@@ -129,6 +158,7 @@ def run_level(url: str, headers: dict, concurrency: int, requests: int, max_toke
         "tpot_p50_s": percentile(tpots, 50), "tpot_p95_s": percentile(tpots, 95),
         "server_tau": delta["taps_decode_committed_tokens_total"] / rounds if rounds else None,
         "server_tokens_per_s": delta["taps_request_tokens_per_second_sum"] / speeds if speeds else None,
+        **vllm_speculation(delta),
     }
 
 
@@ -138,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts (1,4,16)")
     p.add_argument("--requests", type=int, default=16, help="requests per concurrency level (16)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per answer (64)")
+    p.add_argument("--datasets", default="", help="ask these taps datasets' first turns (e.g. humaneval,mt-bench) "
+                                                  "instead of the built-in short chat prompts")
+    p.add_argument("--limit", type=int, default=10, help="prompts per dataset with --datasets (10)")
     p.add_argument("--timeout", type=float, default=900, help="seconds one request may take (900)")
     p.add_argument("--api-key", default=os.environ.get("TAPS_API_KEY"), help="the server's key ($TAPS_API_KEY)")
     p.add_argument("--note", default="", help="free text stored in every record (e.g. the dtype)")
@@ -152,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    run_level(url, headers, 1, 1, 8, args.timeout)  # warm-up, not recorded: the first call pays one-off costs
+    questions = load_questions(args.datasets, args.limit) if args.datasets else PROMPTS
+    # warm-up, not recorded: the first call pays one-off costs
+    run_level(url, headers, 1, 1, 8, args.timeout, questions)
     for level in levels:
-        record = run_level(url, headers, level, args.requests, args.max_tokens, args.timeout)
+        record = run_level(url, headers, level, args.requests, args.max_tokens, args.timeout, questions)
         record.update(cpu=cpu_name(), cores=os.cpu_count(), url=url, note=args.note,
                       time=datetime.now(UTC).isoformat(timespec="seconds"))
         with out.open("a") as f:
@@ -162,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"c={level:2d} {record['ok']}/{record['requests']} ok, {record['requests_per_min']:.1f} req/min, "
               f"TTFT p50 {record['ttft_p50_s'] or 0:.2f} s p95 {record['ttft_p95_s'] or 0:.2f} s, "
               f"ITL p50 {record['itl_p50_s'] or 0:.3f} s p95 {record['itl_p95_s'] or 0:.3f} s, "
-              f"server tau {record['server_tau'] or 0:.2f}", file=sys.stderr)
+              f"server tau {record['server_tau'] or record.get('vllm_tau') or 0:.2f}", file=sys.stderr)
     return 0
 
 

@@ -232,6 +232,13 @@ def _serve(args) -> int:
     return serve(_load(args, args.method), cfg)
 
 
+def _vllm_serve(args) -> int:
+    from taps.vllm_serve import VllmServe, run
+
+    return run(VllmServe(args.target, args.speculation, args.k, args.drafter, args.draft_model, args.dtype, args.host,
+                         args.port, args.max_model_len, args.vllm_args), dry_run=args.dry_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from taps.drafters import TEST_DRAFTERS
 
@@ -314,6 +321,28 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $TAPS_API_KEY, else none)")
     sv.add_argument("--model-name", default=None, help="the model id clients send and /v1/models lists (default: --target)")
     sv.set_defaults(func=_serve)
+
+    from taps.vllm_serve import SPECULATIONS
+
+    vs = sub.add_parser("vllm-serve", help="vLLM's OpenAI-compatible server with taps' drafter or a vLLM speculation "
+                                            "(needs the vllm extra; docs/vllm.md)")
+    vs.add_argument("--target", default="qwen2.5-coder-1.5b", help="packaged model name, local HF folder or hub id")
+    vs.add_argument("--speculation", choices=SPECULATIONS, default="taps",
+                    help="taps: taps' grown drafter (custom_class); ngram; draft-model; dflash: a DFlash "
+                         "drafter through vLLM's dflash; none: plain (default taps)")
+    vs.add_argument("--k", type=bounded(int, 1, 64), default=7, help="drafted tokens per step, one chain (7)")
+    vs.add_argument("--drafter", default=None,
+                    help="drafter folder for taps (grown) or dflash (default: the one taps ships for --target)")
+    vs.add_argument("--draft-model", default="qwen2.5-coder-0.5b",
+                    help="the draft-model speculation's model (qwen2.5-coder-0.5b)")
+    vs.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                    help="vLLM's model dtype (bfloat16)")
+    vs.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    vs.add_argument("--port", type=bounded(int, 1, 65535), default=8000, help="port to listen on (default 8000)")
+    vs.add_argument("--max-model-len", type=bounded(int, 16), default=4096, help="context limit per request (4096)")
+    vs.add_argument("--vllm-args", default="", help="more `vllm serve` options, one quoted string")
+    vs.add_argument("--dry-run", action="store_true", help="print the vllm command and exit")
+    vs.set_defaults(func=_vllm_serve)
     return p
 
 

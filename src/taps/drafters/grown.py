@@ -22,6 +22,7 @@ only the base runs, and only its adapters and mask row train.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Sequence
@@ -213,6 +214,13 @@ class GrownDrafter:
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.cached = []
+
+    def fork(self) -> GrownDrafter:
+        """A drafter on the same weights with a cache of its own, empty: one per sequence when
+        several run side by side (taps.vllm_proposer); the weights are not copied."""
+        twin = copy.copy(self)
+        twin.start(())
+        return twin
 
     @torch.inference_mode()
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:

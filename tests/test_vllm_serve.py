@@ -1,0 +1,63 @@
+"""`taps vllm-serve` (taps.vllm_serve, issue 24) without vLLM: the command line of vLLM's server
+and the environment it builds for each speculation, and its refusals."""
+
+import json
+
+import pytest
+
+from taps.cli import main
+from taps.drafters.loading import SHIPPED
+from taps.vllm_proposer import DRAFTER_ENV, PROPOSER
+from taps.vllm_serve import VllmServe, command, run
+from tiny import tiny_model
+
+GROWN = str(SHIPPED / "qwen2.5-coder-1.5b")
+DFLASH = str(SHIPPED / "smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A local model folder: resolve() takes it as is (no packaged model is fetched)."""
+    folder = tmp_path_factory.mktemp("target")
+    tiny_model("qwen2").save_pretrained(folder)
+    return str(folder)
+
+
+def speculative(argv: list[str]) -> dict | None:
+    return json.loads(argv[argv.index("--speculative-config") + 1]) if "--speculative-config" in argv else None
+
+
+def test_each_speculation_becomes_its_vllm_method(model_dir):
+    argv, env = command(VllmServe(model_dir, "taps", k=5, drafter=GROWN, port=8123, extra="--max-num-seqs 4"))
+    assert argv[argv.index("--model") + 1] == model_dir and argv[-2:] == ["--max-num-seqs", "4"]
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert speculative(argv) == {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": 5}
+    assert env[DRAFTER_ENV] == GROWN and env["VLLM_HOST_IP"] == "127.0.0.1"
+
+    argv, env = command(VllmServe(model_dir, "ngram"))
+    assert speculative(argv) == {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_min": 3,
+                                 "prompt_lookup_max": 3}
+    assert DRAFTER_ENV not in env
+
+    argv, _ = command(VllmServe(model_dir, "draft-model", draft_model=model_dir))
+    assert speculative(argv) == {"method": "draft_model", "model": model_dir, "num_speculative_tokens": 7}
+
+    argv, _ = command(VllmServe(model_dir, "none"))
+    assert speculative(argv) is None
+
+
+def test_drafters_that_need_hidden_states_are_refused_before_vllm_starts(model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"is a dflash drafter.*--drafter GROWN_FOLDER"):
+        command(VllmServe(model_dir, "taps", drafter=DFLASH))
+    with pytest.raises(ValueError, match="is no drafter folder"):
+        command(VllmServe(model_dir, "taps", drafter=str(tmp_path)))
+    with pytest.raises(ValueError, match="unknown speculation 'eagle'"):
+        VllmServe(model_dir, "eagle")
+
+
+def test_without_vllm_the_error_names_the_install_step(model_dir, monkeypatch, capsys):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(ValueError, match="make install-vllm"):
+        run(VllmServe(model_dir, "none"), dry_run=True)
+    assert main(["vllm-serve", "--target", model_dir, "--speculation", "none", "--dry-run"]) == 2
+    assert "needs the vllm extra" in capsys.readouterr().err
