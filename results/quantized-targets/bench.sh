@@ -14,6 +14,11 @@ COMMON="--target qwen2.5-coder-1.5b --dtype bfloat16 --datasets humaneval,mt-ben
 .venv/bin/taps bench $COMMON --target-quant int8 --profile $OUT/profile-bfloat16-int8.json \
     --methods ar,ddtree:3,taps --out $OUT/int8.jsonl
 .venv/bin/taps bench $COMMON --profile $OUT/profile-bfloat16-none.json --methods ar,ddtree:8,taps --out $OUT/bfloat16.jsonl
+# llama.cpp with its own speculation (issue 25): plain, drafting with the 0.5B's GGUF, prompt lookup,
+# beside taps' plain decoding of the int4 target, interleaved per prompt, in a file of their own
+.venv/bin/taps bench $COMMON --target-quant int4 --methods ar,llama-cpp,llama-cpp-draft,llama-cpp-lookup \
+    --assistant qwen2.5-coder-0.5b --out $OUT/llama-speculation.jsonl
+.venv/bin/taps report $OUT/llama-speculation.jsonl --out $OUT/report-llama-speculation --complete-only
 for scheme in int4 int8 bfloat16; do
     .venv/bin/taps report $OUT/$scheme.jsonl --out $OUT/report-$scheme --complete-only
 done
