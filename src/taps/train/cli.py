@@ -6,6 +6,7 @@ The CLI parses and prints; taps.train computes and returns. `add_commands` adds 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -121,10 +122,10 @@ def _train_drafter(args) -> int:
     if prompts is None and not data.is_file():
         raise ValueError(f"no data file {data}; make it with `taps gen-data` or pass --prompts N")
     fields = {name: getattr(args, name) for name in TRAIN_HELP}
-    TrainDrafterConfig(target=args.target, data=str(data), out=str(out), mask_token_id=0, **fields)  # bad options: now
-    cfg = TrainDrafterConfig(target=args.target, data=str(data), out=str(out),
-                             mask_token_id=_mask_token(args.target, args.mask_token_id),
+    # the options are checked before the tokenizer loads; then the mask token, said when chosen
+    cfg = TrainDrafterConfig(target=args.target, data=str(data), out=str(out), mask_token_id=args.mask_token_id or 0,
                              progress=not args.no_progress, **fields)
+    cfg = dataclasses.replace(cfg, mask_token_id=_mask_token(args.target, args.mask_token_id))
     print(f"run folder: {out}; data: {data}" + (f" ({prompts} prompts)" if prompts is not None else ""))
     if prompts is not None:
         from taps.train.data import generate_data
@@ -194,8 +195,6 @@ def _add_gen_data(sub) -> None:
 
 
 def _add_train_drafter(sub) -> None:
-    import dataclasses
-
     from taps.assets import DTYPES
     from taps.train.drafter import ANCHOR_REGIONS, INIT_LAYERS, KINDS, TrainDrafterConfig
 
@@ -237,8 +236,6 @@ def _add_train_drafter(sub) -> None:
 
 
 def _train_scorer(args) -> int:
-    import dataclasses
-
     from taps.train.scorer import HELP, TrainScorerConfig, train_scorer
 
     fields = {name: getattr(args, name) for name in HELP}
@@ -254,8 +251,6 @@ def _train_scorer(args) -> int:
 
 
 def _add_train_scorer(sub) -> None:
-    import dataclasses
-
     from taps.assets import DTYPES
     from taps.train.scorer import HELP, TrainScorerConfig
 
