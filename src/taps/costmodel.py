@@ -228,7 +228,6 @@ class OnlineProfile:
         if window < 1 or shrink < 0:
             raise ValueError(f"need window >= 1 and shrink >= 0, got {window}, {shrink}")
         self.prior, self.window, self.shrink = prior, window, shrink
-        self.info = prior.info
         self.ratios: dict[int, list[float]] = {}  # tree size -> log ratios of its last rounds, newest last
         self.draft_ratios: list[float] = []
         self.counts: dict[int | None, int] = {}  # rounds seen per tree size (None: drafts), beyond the window

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 import torch
 
+NGRAM = 3  # tokens matched: the last NGRAM committed tokens are searched for earlier in the context
 
-def ngram_continuations(context: Sequence[int], n: int = 3, max_len: int = 8, max_paths: int = 4) -> list[list[int]]:
+
+def ngram_continuations(context: Sequence[int], n: int = NGRAM, max_len: int = 8, max_paths: int = 4) -> list[list[int]]:
     """Up to `max_paths` distinct continuations (each at most `max_len` tokens, most recent
     occurrence first) that followed an earlier occurrence of the last `n` tokens of `context`.
     The last token of the context is the round's root, so a continuation starts right after it."""

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SPECULATIONS = ("none", "taps", "ngram", "draft-model", "dflash")
-LOOKUP_N = 3  # taps.lookup's n-gram: the last 3 committed tokens are matched
 SERVER = "vllm.entrypoints.launchers.api_server.entry"  # vLLM's OpenAI server, without the `vllm` command
 
 
@@ -60,8 +59,10 @@ def speculative_config(cfg: VllmServe) -> tuple[dict | None, dict[str, str]]:
         check_grown(folder)
         return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": cfg.k}, {DRAFTER_ENV: folder}
     if cfg.speculation == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": cfg.k, "prompt_lookup_min": LOOKUP_N,
-                "prompt_lookup_max": LOOKUP_N}, {}
+        from taps.lookup import NGRAM
+
+        return {"method": "ngram", "num_speculative_tokens": cfg.k, "prompt_lookup_min": NGRAM,
+                "prompt_lookup_max": NGRAM}, {}
     if cfg.speculation == "dflash":
         from taps.vllm_dflash import exported_for
 

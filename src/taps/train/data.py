@@ -150,7 +150,7 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
         responses = generate_batch(model, [prompt_ids[i] for i in batch], tokenizer.pad_token_id, eos_ids,
                                    max_new_tokens, temperature)
         if b == 0 and len(batches) > 1:
-            say_estimate("gen-data", time.perf_counter() - started, 1, len(batches) - 1, "batch")
+            say_estimate("gen-data", time.perf_counter() - started, len(batches) - 1, "batch")
         new = [{"prompt_index": i, "source": prompts[i].source, "prompt": prompts[i].text,
                 "ids": prompt_ids[i] + resp, "n_prompt": len(prompt_ids[i])} for i, resp in zip(batch, responses)]
         store.extend(new)

@@ -354,7 +354,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
         optimizer.zero_grad(set_to_none=True)
         step += 1
         if step == first + 1 and stop > step:
-            say_estimate("train-drafter", time.perf_counter() - loop_start, 1, stop - step, "step")
+            say_estimate("train-drafter", time.perf_counter() - loop_start, stop - step, "step")
         bar.update(1)
         bar.set_postfix(loss=f"{sum(losses) / len(losses):.3f}")
         if step % cfg.eval_every == 0 or step == total:

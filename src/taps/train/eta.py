@@ -21,10 +21,7 @@ def duration(seconds: float) -> str:
     return f"{rest // 60} min" if rest >= 60 else f"{rest} s"
 
 
-def say_estimate(job: str, seconds: float, done: int, left: int, unit: str) -> str:
-    """Print (above any progress bar) and return the estimate for `left` more units after the
-    first `done` took `seconds` on this machine."""
-    line = (f"{job}: {seconds / done:.1f} s per {unit} on this machine, {left} more to go: about "
-            f"{duration(seconds / done * left)} (rerun the same command to resume after a stop)")
-    tqdm.write(line)
-    return line
+def say_estimate(job: str, seconds: float, left: int, unit: str) -> None:
+    """Print, above any progress bar, the estimate for `left` more units after the first took `seconds`."""
+    tqdm.write(f"{job}: {seconds:.1f} s per {unit} on this machine, {left} more to go: about "
+               f"{duration(seconds * left)} (rerun the same command to resume after a stop)")
