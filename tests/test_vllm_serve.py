@@ -8,7 +8,7 @@ import pytest
 from taps.cli import main
 from taps.drafters.loading import SHIPPED
 from taps.vllm_proposer import DRAFTER_ENV, PROPOSER
-from taps.vllm_serve import VllmServe, command, run
+from taps.vllm_serve import RESERVED_ENV, VllmServe, command, run
 from tiny import tiny_model
 
 GROWN = str(SHIPPED / "qwen2.5-coder-1.5b")
@@ -61,3 +61,18 @@ def test_without_vllm_the_error_names_the_install_step(model_dir, monkeypatch, c
         run(VllmServe(model_dir, "none"), dry_run=True)
     assert main(["vllm-serve", "--target", model_dir, "--speculation", "none", "--dry-run"]) == 2
     assert "needs the vllm extra" in capsys.readouterr().err
+
+
+def test_reserved_cores_follow_the_option_then_the_user_then_the_machine(model_dir, monkeypatch):
+    """vLLM keeps cores off the model: --reserved-cpus wins, then the user's own variable (left as
+    it is), then none on a machine of 2 cores or fewer and vLLM's own choice above that."""
+    monkeypatch.delenv(RESERVED_ENV, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert command(VllmServe(model_dir, "none"))[1][RESERVED_ENV] == "0"
+    assert command(VllmServe(model_dir, "none", reserved_cpus=1))[1][RESERVED_ENV] == "1"
+    with pytest.raises(ValueError, match="leaves no core of this machine's 2 for the model: use 0 to 1"):
+        VllmServe(model_dir, "none", reserved_cpus=2)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert RESERVED_ENV not in command(VllmServe(model_dir, "none"))[1]
+    monkeypatch.setenv(RESERVED_ENV, "3")
+    assert RESERVED_ENV not in command(VllmServe(model_dir, "none"))[1]  # the process inherits the user's 3

@@ -236,7 +236,7 @@ def _vllm_serve(args) -> int:
     from taps.vllm_serve import VllmServe, run
 
     return run(VllmServe(args.target, args.speculation, args.k, args.drafter, args.draft_model, args.dtype, args.host,
-                         args.port, args.max_model_len, args.vllm_args), dry_run=args.dry_run)
+                         args.port, args.max_model_len, args.reserved_cpus, args.vllm_args), dry_run=args.dry_run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -340,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     vs.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     vs.add_argument("--port", type=bounded(int, 1, 65535), default=8000, help="port to listen on (default 8000)")
     vs.add_argument("--max-model-len", type=bounded(int, 16), default=4096, help="context limit per request (4096)")
+    vs.add_argument("--reserved-cpus", type=bounded(int, 0), default=None,
+                    help="cores vLLM keeps for its front end instead of the model (default: none on a machine of "
+                         "2 cores or fewer, else vLLM's own choice; $VLLM_CPU_NUM_OF_RESERVED_CPU if set)")
     vs.add_argument("--vllm-args", default="", help="more `vllm serve` options, one quoted string")
     vs.add_argument("--dry-run", action="store_true", help="print the vllm command and exit")
     vs.set_defaults(func=_vllm_serve)
