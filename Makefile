@@ -50,4 +50,4 @@ install-vllm:
 # -m 'not slow' lifts pyproject's default 'not vllm'
 test-vllm:
 	$(VLLM_VENV)/bin/pytest -q -m 'not slow' tests/test_vllm.py tests/test_vllm_proposer.py tests/test_vllm_serve.py \
-		tests/test_vllm_dflash.py
+		tests/test_vllm_dflash.py tests/test_vllm_gendata.py

@@ -206,7 +206,8 @@ def test_train_drafter_options_cover_the_config():
         if f.name not in TRAIN_REQUIRED and f.name not in ("target_layer_ids", "gamma"):
             assert getattr(args, f.name) == f.default, f.name
     gen = build_parser().parse_args(["gen-data", "--target", "t", "--out", "o", "--prompts", "5"])
-    assert (gen.max_new_tokens, gen.batch_size, gen.dtype, gen.seed) == (256, 8, "float32", 0)
+    assert (gen.max_new_tokens, gen.dtype, gen.seed, gen.engine) == (256, "float32", 0, "transformers")
+    assert gen.batch_size is None  # the engine's default: T.TRANSFORMERS_BATCH, T.VLLM_BATCH
 
 
 def test_train_drafter_picks_an_unused_special_token_and_says_so(capsys, tmp_path):
@@ -277,3 +278,13 @@ def test_sampled_data_pin_the_temperature_and_resume_with_the_same_draws(smollm2
     assert answers(greedy) != answers(whole)  # it does sample
     with pytest.raises(ValueError, match="temperature"):
         D.generate_data("smollm2-135m", whole, 2, **{**kw, "temperature": 0.7})
+
+
+def test_an_engine_that_cannot_run_is_refused_before_the_file_is_made(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "data.jsonl"
+    with pytest.raises(ValueError, match="unknown engine 'sglang': use one of transformers, vllm"):
+        D.generate_data("smollm2-135m", out, 1, engine="sglang")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # as in a Python without the vllm extra
+    assert main(["gen-data", "--target", "smollm2-135m", "--out", str(out), "--prompts", "1", "--engine", "vllm"]) == 2
+    assert "--engine vllm needs the vllm extra in this Python: make install-vllm" in capsys.readouterr().err
+    assert not out.exists()

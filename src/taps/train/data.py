@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,8 +35,8 @@ def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
                                               tokenize=True, return_dict=False))
 
 
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids = model.generation_config.eos_token_id
+def _eos_ids(generation_config, tokenizer) -> set[int]:
+    ids = getattr(generation_config, "eos_token_id", None)
     ids = set(ids if isinstance(ids, (list, tuple)) else [] if ids is None else [ids])
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
@@ -80,18 +81,22 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
                   batch_size: int = 8, dtype: str = "float32", seed: int = 0, progress: bool = True, *,
                   model: PreTrainedModel | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
                   check_overlap: bool = True, mix: dict[str, float] | None = None,
-                  temperature: float = 0.0) -> GenDataResult:
+                  temperature: float = 0.0, engine: str = "transformers",
+                  vllm_options: dict | None = None) -> GenDataResult:
     """Self-distillation data: the target's answers to the first n_prompts training prompts (greedy
     at temperature 0; sampled at temperature > 0, each batch's draws seeded by `seed` and its first
-    prompt index, so a resumed file holds the answers an uninterrupted run would have),
-    appended to the records file out_path (taps.records) as {"prompt_index", "source", "prompt",
-    "ids": prompt ids + response ids, "n_prompt"} lines, fsynced per batch. Rerunning resumes:
-    prompts already answered are skipped (a torn last line is cut off first); a larger n_prompts
-    adds the next prompts.
+    prompt index (vLLM: each request's, by its prompt index), so a resumed file holds the answers
+    an uninterrupted run would have), appended to the records file out_path (taps.records) as
+    {"prompt_index", "source", "prompt", "ids": prompt ids + response ids, "n_prompt"} lines,
+    fsynced per batch. Rerunning resumes: prompts already answered are skipped (a torn last line
+    is cut off first); a larger n_prompts adds the next prompts.
 
-    The settings that shape the data (target, seed, mix, max_new_tokens, dtype, temperature) are
-    pinned in the file; resuming with others is an error. `model`/`tokenizer` replace loading
-    `target_name` (tests, notebooks)."""
+    `engine`: "transformers" (batch_size prompts per left-padded `generate` call) or "vllm"
+    (`vllm_answerer`: batch_size prompts per call of its engine, which batches them itself).
+    The settings that shape the data (target, seed, mix, max_new_tokens, dtype, temperature,
+    engine) are pinned in the file; resuming with others is an error. `model`/`tokenizer`
+    replace loading `target_name` (tests, notebooks; transformers only); `vllm_options` go to
+    vLLM's engine (`vllm.LLM`, e.g. enforce_eager=True to skip its compilation in tests)."""
     import torch
     from tqdm import tqdm
 
@@ -103,10 +108,20 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
         raise ValueError("n_prompts must be >= 0, max_new_tokens and batch_size >= 1")
     if not 0 <= temperature <= 100:
         raise ValueError(f"temperature must be in [0, 100], got {temperature}")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    if engine == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("--engine vllm needs the vllm extra in this Python: make install-vllm, then run "
+                             ".venv-vllm/bin/taps gen-data (docs/vllm.md)")
     settings = {"target": target_name, "seed": seed, "mix": dict(DEFAULT_MIX if mix is None else mix),
                 "max_new_tokens": max_new_tokens, "dtype": dtype}
     if temperature > 0:  # greedy files, made before sampling existed, pin no temperature
         settings["temperature"] = temperature
+    if engine != "transformers":  # nor do files made before vLLM could answer
+        settings["engine"] = engine
     store = RecordFile.open(out_path, settings, remedy="choose a new --out")
     prompts = training_prompt_records(n_prompts, seed, mix)
     done = set()
@@ -124,17 +139,38 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
         return GenDataResult(store.path, n_prompts, 0, sum(len(r["ids"]) for r in answered))
     if check_overlap:
         check_no_eval_overlap([p.text for p in prompts])
+    if engine == "vllm":
+        from transformers import AutoTokenizer, GenerationConfig
 
-    if model is None or tokenizer is None:
-        from taps.assets import load_model
+        from taps.assets import resolve
 
-        model, tokenizer = load_model(target_name, dtype=DTYPES[dtype])
-    model = model.eval()
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    eos_ids = _eos_ids(model, tokenizer)
+        path = resolve(target_name)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        try:
+            generation_config = GenerationConfig.from_pretrained(path)
+        except OSError:  # a model without generation_config.json: the tokenizer's eos alone
+            generation_config = None
+    else:
+        if model is None or tokenizer is None:
+            from taps.assets import load_model
+
+            model, tokenizer = load_model(target_name, dtype=DTYPES[dtype])
+        model = model.eval()
+        generation_config = model.generation_config
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    eos_ids = _eos_ids(generation_config, tokenizer)
     prompt_ids = {i: chat_ids(tokenizer, prompts[i].text) for i in pending}
+    if engine == "vllm":
+        answerer = vllm_answerer(target_name, dtype, max(map(len, prompt_ids.values())) + max_new_tokens,
+                                 max_new_tokens, temperature, seed, eos_ids, **(vllm_options or {}))
+    else:
+        def generate(indices, batch):
+            torch.manual_seed(seed * 1_000_003 + indices[0])
+            return generate_batch(model, batch, tokenizer.pad_token_id, eos_ids, max_new_tokens, temperature)
+
+        answerer = nullcontext(generate)
     # batches of similar length (less padding), within windows so that the file grows in order
     window = 16 * batch_size
     batches = []
@@ -145,21 +181,70 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     generated = tokens = 0
     bar = tqdm(total=n_prompts, initial=n_prompts - len(pending), disable=not progress, desc="gen-data", unit="prompt")
     started = time.perf_counter()
-    for b, batch in enumerate(batches):
-        torch.manual_seed(seed * 1_000_003 + batch[0])
-        responses = generate_batch(model, [prompt_ids[i] for i in batch], tokenizer.pad_token_id, eos_ids,
-                                   max_new_tokens, temperature)
-        if b == 0 and len(batches) > 1:
-            say_estimate("gen-data", time.perf_counter() - started, len(batches) - 1, "batch")
-        new = [{"prompt_index": i, "source": prompts[i].source, "prompt": prompts[i].text,
-                "ids": prompt_ids[i] + resp, "n_prompt": len(prompt_ids[i])} for i, resp in zip(batch, responses)]
-        store.extend(new)
-        generated += len(new)
-        tokens += sum(len(r["ids"]) for r in new)
-        bar.update(len(new))
+    with answerer as answer:
+        for b, batch in enumerate(batches):
+            responses = answer(batch, [prompt_ids[i] for i in batch])
+            if b == 0 and len(batches) > 1:
+                say_estimate("gen-data", time.perf_counter() - started, len(batches) - 1, "batch")
+            new = [{"prompt_index": i, "source": prompts[i].source, "prompt": prompts[i].text,
+                    "ids": prompt_ids[i] + resp, "n_prompt": len(prompt_ids[i])} for i, resp in zip(batch, responses)]
+            store.extend(new)
+            generated += len(new)
+            tokens += sum(len(r["ids"]) for r in new)
+            bar.update(len(new))
     bar.close()
     tokens += sum(len(r["ids"]) for r in answered)
     return GenDataResult(store.path, n_prompts, generated, tokens)
+
+
+ENGINES = ("transformers", "vllm")  # --engine: what generates the answers
+
+
+@contextmanager
+def vllm_answerer(target_name: str, dtype: str, max_len: int, max_new_tokens: int, temperature: float, seed: int,
+                  eos_ids: set[int], **options) -> Iterator[Callable[[Sequence[int], Sequence[Sequence[int]]],
+                                                                     list[list[int]]]]:
+    """A function (prompt indices, their prompt ids) -> responses, generated by vLLM's offline
+    engine (the vllm extra, docs/vllm.md), shut down on leaving the context. Why: vLLM's CPU
+    build batches requests continuously; on a 2-core AMD EPYC it decoded Qwen2.5-Coder-1.5B
+    (bfloat16) at 68 tokens/s over 16 concurrent requests (results/vllm-cpu), where batched
+    transformers generate made about 8, and self-distillation is the longest step of a drafter
+    (issue 22). Each request is seeded by `seed` and its prompt index, so at T > 0 an answer is
+    the same whatever batch it ran in. Responses are cut as `generate_batch` cuts them: after
+    the first eos, kept. The engine's processes start with `taps vllm-serve`'s environment
+    (taps.vllm_serve.engine_environment: loopback, cores, OpenMP runtime) and a KV cache of
+    `options["kv_cache_memory_bytes"]` (default 2 GiB: vLLM's CPU default takes most of the
+    machine's memory); `options` go to `vllm.LLM`."""
+    from vllm import LLM, SamplingParams
+
+    from taps.assets import resolve
+    from taps.vllm_serve import engine_environment
+
+    saved = dict(os.environ)
+    os.environ.update(engine_environment())  # read by the engine's processes as they are spawned
+    try:
+        llm = LLM(model=resolve(target_name), dtype=dtype, max_model_len=max_len, seed=seed, disable_log_stats=True,
+                  **{"kv_cache_memory_bytes": 2 << 30, **options})
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    stops = sorted(eos_ids)
+
+    def answer(indices: Sequence[int], batch: Sequence[Sequence[int]]) -> list[list[int]]:
+        params = [SamplingParams(temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens,
+                                 stop_token_ids=stops, seed=seed * 1_000_003 + i) for i in indices]
+        outputs = llm.generate([{"prompt_token_ids": list(ids)} for ids in batch], params, use_tqdm=False)
+        responses = []
+        for out in outputs:
+            row = list(out.outputs[0].token_ids)
+            cut = next((j + 1 for j, t in enumerate(row) if t in eos_ids), len(row))
+            responses.append(row[:cut])
+        return responses
+
+    try:
+        yield answer
+    finally:  # its worker process holds the weights and the KV cache until shut down
+        llm.llm_engine.engine_core.shutdown()
 
 
 # ---------------------------------------------------------------------------------------------
