@@ -17,7 +17,7 @@ from taps.weightonly import WeightOnlyLinear, check_target_quant, quantize_weigh
 from tiny import tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
-SCHEMES = ["int8", "int4"]
+SCHEMES = ["int8", "int4", "w8a8"]
 
 
 def quantized(scheme, family="llama", **kw):
@@ -40,7 +40,7 @@ def test_a_row_is_the_same_alone_or_in_a_tree_and_close_to_the_float_layer(schem
     torch.testing.assert_close(layer(x).float(), (x.float() @ layer.weight.float().T + linear.bias.float()),
                                rtol=0.02, atol=0.05)
     error = (layer.weight.float() - linear.weight.float()).abs().max() / linear.weight.float().abs().max()
-    assert error < {"int8": 0.02, "int4": 0.1}[scheme]  # bfloat16 rounding adds ~0.4% to int8
+    assert error < {"int8": 0.02, "int4": 0.1, "w8a8": 0.02}[scheme]  # bfloat16 rounding adds ~0.4% to int8
 
 
 def hf_greedy(model, n):
@@ -65,20 +65,52 @@ def test_every_method_equals_the_quantized_models_greedy_generate(model, drafter
     assert res.token_ids == ref
 
 
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_in_bfloat16_too_every_tree_method_equals_its_own_greedy_generate(scheme):
+    """Row-exact linears and row-wise attention (taps.rowwise): a quantized target's trees are plain
+    decoding's bits even in bfloat16, where a float target's are not (docs/method.md section 10)."""
+    assert bfloat16_trees_leave_greedy(scheme, rowwise=True) == []
+
+
+def bfloat16_trees_leave_greedy(scheme, rowwise):
+    """The tree methods whose output differs from HF greedy on the tiny Qwen2 in bfloat16."""
+    model = quantize_weights(copy.deepcopy(tiny_model("qwen2")).to(torch.bfloat16), scheme, rowwise=rowwise)
+    ref = hf_greedy(model, 40)
+    target = Target(model, feature_layers=(0, 2))
+    differ = []
+    for method in ("chain", "ddtree", "taps"):
+        d = load_drafter("noisy", target, block_len=6)
+        res = generate(target, PROMPT, DecodeConfig(method=method, budget=16, max_new_tokens=40, stop_ids=()), d)
+        differ += [method] if res.token_ids != ref else []
+    return differ
+
+
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+def test_the_negative_control_w8a8_with_batched_attention_leaves_its_greedy():
+    """Without taps.rowwise, w8a8's activation rounding turns SDPA's many-row last bits into other
+    tokens (the tiny model's int8 and int4 happen to survive it; SmolLM2's w8a8 does not either)."""
+    assert bfloat16_trees_leave_greedy("w8a8", rowwise=False) != []
+
+
 def test_the_negative_control_a_float_target_decodes_otherwise(model):
-    """The identity above is not vacuous: the same model in float differs from its int4/int8 self
-    somewhere in 40 tokens (else the quantization would not have been tested at all)."""
-    float_model = tiny_model("llama")
-    outputs = {tuple(hf_greedy(m, 40)) for m in (float_model, quantized("int8"), quantized("int4"))}
-    assert len(outputs) > 1
+    """The identity above is not vacuous: the same model in float differs from each quantized self
+    somewhere in 40 tokens (else the quantization would not have been tested at all); w8a8 rounds
+    the activations of int8's weights, so its logits differ from int8's too."""
+    float_output = hf_greedy(tiny_model("llama"), 40)
+    assert all(hf_greedy(quantized(scheme), 40) != float_output for scheme in SCHEMES)
+    with torch.inference_mode():
+        logits = [quantized(scheme)(torch.tensor([PROMPT])).logits for scheme in ("int8", "w8a8")]
+    assert not torch.equal(*logits)
 
 
 @pytest.mark.slow  # 1,000 generations
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 @pytest.mark.parametrize("method", ["ddtree", "taps"])
-def test_sampling_follows_the_quantized_models_own_law(method):
+@pytest.mark.parametrize("scheme", ["int8", "w8a8"])  # int4 packs outputs in 16s: no 8-token head
+def test_sampling_follows_the_quantized_models_own_law(method, scheme):
     vocab, prompt = 8, [1, 4, 2]
-    model = quantized("int8", vocab=vocab, seed=3)  # int4 packs outputs in 16s: no 8-token head
+    model = quantized(scheme, vocab=vocab, seed=3)
     sampling = SamplingConfig(1.0)
     with torch.inference_mode():
         first = sampling.probs(model(torch.tensor([prompt])).logits[0, -1:])[0]
@@ -107,6 +139,12 @@ def test_what_cannot_run_is_refused_before_any_layer_changes():
     assert target_quant_of(quantize_weights(model, "int8")) == "int8"
 
 
+def test_w8a8_is_refused_where_the_int8_kernel_is_not_exact(monkeypatch):
+    monkeypatch.setattr("taps.weightonly._int_mm_is_exact", lambda: False)  # as on a CPU without VNNI
+    with pytest.raises(ValueError, match="int8 kernel saturates .* use --target-quant int8"):
+        quantize_weights(tiny_model("llama"), "w8a8")
+
+
 @pytest.mark.slow  # SmolLM2 quantized twice, four methods each
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -120,6 +158,21 @@ def test_smollm2_quantized_every_method_equals_its_own_greedy(smollm2, scheme):
     out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)[0, len(ids):].tolist()
     for method in ("ar", "chain", "ddtree", "taps"):
         assert spec.generate(ids, method=method, max_new_tokens=48).token_ids == out, method
+
+
+@pytest.mark.slow  # SmolLM2 in w8a8 with batched attention
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+def test_without_rowwise_attention_w8a8_trees_leave_their_own_greedy(smollm2):
+    """The negative control of the test above: with SDPA over the tree's rows at once, last-bit
+    differences flip w8a8's activation rounding and, at some near-tie, a token (chain, here)."""
+    import taps
+
+    model, tokenizer = smollm2
+    model = quantize_weights(copy.deepcopy(model), "w8a8", rowwise=False)
+    spec = taps.load(model, "noisy", tokenizer=tokenizer, method="chain")
+    ids = spec.encode("Write a Python function that checks whether a number is prime.")
+    out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)[0, len(ids):].tolist()
+    assert any(spec.generate(ids, method=m, max_new_tokens=48).token_ids != out for m in ("chain", "ddtree", "taps"))
 
 
 def test_the_cli_refuses_a_quantized_target_on_an_accelerator(capsys):

@@ -150,6 +150,7 @@ def _add_load_options(p, drafter_help: str) -> None:
     """What `taps.load` takes: the target, its drafter, dtype, device, kernels, profile and scorer."""
     from taps.assets import DTYPES
     from taps.linear import BACKENDS
+    from taps.weightonly import SCHEMES as TARGET_QUANT
 
     p.add_argument("--target", default="smollm2-135m", help="packaged model name, local HF folder or hub id")
     p.add_argument("--drafter", default=None, help=drafter_help)
@@ -171,9 +172,10 @@ def _add_load_options(p, drafter_help: str) -> None:
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
                           "any target dtype; CPU only): faster drafts, the same output (none)")
-    p.add_argument("--target-quant", choices=["none", "int8", "int4"], default="none",
-                   help="the target's weights in int8 or int4 (PyTorch's CPU kernels; CPU only): faster rounds; "
-                        "the output is that quantized model's own (none)")
+    p.add_argument("--target-quant", choices=list(TARGET_QUANT), default="none",
+                   help="the target's weights in int8 or int4, or w8a8 (int8 weights and per-row int8 activations: "
+                        "cheap tree rows) on PyTorch's CPU kernels; CPU only: faster rounds; the output is that "
+                        "quantized model's own (none)")
     p.add_argument("--rollout-steps", type=bounded(int, 0, MAX_BUDGET), default=64,
                    help="methods with +rollout: most greedy drafter steps after the block pass, at most budget - 1 (64)")
     p.add_argument("--rollout-reach", type=bounded(float, 0.0, 1.0), default=0.2,

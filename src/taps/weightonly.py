@@ -27,17 +27,47 @@ not in its PyPI wheel: torchao 0.18.0 from PyPI beside torch 2.13 registers no C
 activation scales a tree's rows stay independent, so that kernel remains the candidate for
 cheaper tree rows where that wheel can be installed. Measured costs are in
 results/quantized-targets/.
+
+"w8a8" is not weight-only: the weights as int8's, and each activation row quantized to int8 on
+the fly by its own scale, multiplied by `torch._int_mm` (oneDNN's int8 GEMM on VNNI/AMX). Why:
+the weight-only kernels pay for every row (int4 dequantizes per block of 4 rows), while the int8
+GEMM reads each weight once for all rows, so a tree costs little more than a token again. One
+1536x8960 layer, weights out of cache, 2 threads of a 2-core AMD EPYC (avx512_bf16), ms by rows:
+
+    rows                    1     8    32    64
+    bfloat16 (F.linear)  1.60  1.40  2.01  2.94
+    int8 weight-only     0.72  1.33  4.02  7.61
+    int4 weight-only     0.32  0.97  3.89  7.63
+    w8a8                 0.52  1.13  1.60  2.28
+
+Rows stay independent: a row's scale is its own, and int8 products summed in int32 are exact, so
+a row's result is the same bits alone or batched whatever the kernel's order. Its activations are
+rounded too, so w8a8 is another model again; lossless is against it, as for int8 and int4.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-SCHEMES = ("none", "int8", "int4")  # --target-quant values
+SCHEMES = ("none", "int8", "int4", "w8a8")  # --target-quant values
 GROUP_SIZE = 32  # int4: input features per scale and zero point (GGUF's Q4_K uses sub-blocks of 32 too)
 INT4_OUTPUT_TILE = 16  # int4: output features must come in multiples of this (torch's packing)
 _INT4_LEVELS = 15  # codes 0..15; the kernel reads code c as (c - 8) * scale + zero
+
+
+def _w8a8_mm(rows: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """rows [R, K] times the int8 weight [N, K] (scales [N]) with each row quantized to int8 on the
+    fly by its own scale (max |x| / 127), so a row's result depends on that row alone; the int8
+    products are summed in int32, exactly (|sum| <= K * 127 * 127 < 2^31 for K < 133,000), so no
+    kernel's order of summation can change a bit (`check_target_quant` probes the kernel for it)."""
+    x = rows.float()
+    x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127  # [R, 1]
+    xq = (x / x_scale).round().to(torch.int8)  # [R, K]
+    acc = torch._int_mm(xq, qweight.t())  # [R, N] int32
+    return (acc.float() * x_scale * scales.float()).to(rows.dtype)
 
 
 class WeightOnlyLinear(nn.Module):
@@ -50,7 +80,7 @@ class WeightOnlyLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.scheme, self.group_size = scheme, group_size
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
-        if scheme == "int8":
+        if scheme in ("int8", "w8a8"):
             scale = weight.abs().amax(1).clamp(min=1e-12) / 127  # [N]
             self.register_buffer("qweight", (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
             self.register_buffer("scales", scale.to(dtype))  # [N]
@@ -65,7 +95,7 @@ class WeightOnlyLinear(nn.Module):
             zero = low + 8 * scale  # so that (c - 8) * scale + zero = low + c * scale
             self.register_buffer("scales", torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype))
         else:
-            raise ValueError(f"unknown weight-only scheme {scheme!r}; choose int8 or int4")
+            raise ValueError(f"unknown weight scheme {scheme!r}; choose int8, int4 or w8a8")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # [R, K]
@@ -73,6 +103,8 @@ class WeightOnlyLinear(nn.Module):
             rows = rows.to(self.scales.dtype)
         if self.scheme == "int8":
             out = torch._weight_int8pack_mm(rows, self.qweight, self.scales)  # [R, N]
+        elif self.scheme == "w8a8":
+            out = _w8a8_mm(rows, self.qweight, self.scales)  # [R, N]
         else:
             out = torch._weight_int4pack_mm_for_cpu(rows, self.qweight, self.group_size, self.scales)  # [R, N]
         out = out.reshape(*x.shape[:-1], self.out_features)
@@ -97,11 +129,30 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None) ->
         raise ValueError(f"unknown target quantization {scheme!r}; choose one of {', '.join(SCHEMES)}")
     if scheme != "none" and torch.device(device or "cpu").type != "cpu":
         raise ValueError(f"--target-quant {scheme} runs on PyTorch's CPU kernels; drop it on {device}")
-    op = {"int8": "_weight_int8pack_mm", "int4": "_weight_int4pack_mm_for_cpu"}.get(scheme)
+    op = {"int8": "_weight_int8pack_mm", "int4": "_weight_int4pack_mm_for_cpu", "w8a8": "_int_mm"}.get(scheme)
     if op is not None and not hasattr(torch.ops.aten, op):
         raise ValueError(f"--target-quant {scheme} needs torch.ops.aten.{op}, missing from torch "
                          f"{torch.__version__}; upgrade PyTorch or drop --target-quant")
+    if scheme == "w8a8" and not _int_mm_is_exact():
+        raise ValueError("--target-quant w8a8 needs exact int8 products, and this CPU's int8 kernel saturates "
+                         "(no AVX-512 VNNI or AMX): use --target-quant int8")
     return scheme
+
+
+@functools.cache
+def _int_mm_is_exact() -> bool:
+    """Whether `torch._int_mm` sums int8 products exactly here, alone and batched: x86 kernels
+    without VNNI multiply through 16-bit pairs that saturate at the extremes. Probed once with the
+    worst case (every product +-127 * 127, signs mixed) against float64, exact at these sizes."""
+    g = torch.Generator().manual_seed(0)
+    signs = torch.randint(0, 2, (33, 256), generator=g) * 2 - 1  # [33, K]
+    x = (signs * 127).to(torch.int8)
+    w = ((torch.randint(0, 2, (256, 48), generator=g) * 2 - 1) * 127).to(torch.int8)  # [K, N]
+    want = (x.double() @ w.double()).to(torch.int32)  # [33, N]
+    try:
+        return all(torch.equal(torch._int_mm(x[:rows], w), want[:rows]) for rows in (1, 8, 33))
+    except RuntimeError:  # a build without an int8 CPU kernel
+        return False
 
 
 def target_quant_of(model: nn.Module) -> str:
@@ -109,10 +160,11 @@ def target_quant_of(model: nn.Module) -> str:
     return next((m.scheme for m in model.modules() if isinstance(m, WeightOnlyLinear)), "none")
 
 
-def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE) -> nn.Module:
+def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE, rowwise: bool = True) -> nn.Module:
     """`model` with every `nn.Linear` (the LM head included) replaced by a `WeightOnlyLinear` in
     `scheme`, in place; "none" returns it untouched. Refused before any layer changes when a layer
-    cannot be quantized (int4: input features not a multiple of `group_size`)."""
+    cannot be quantized (int4: input features not a multiple of `group_size`). `rowwise`: switch
+    its attention to taps.rowwise, as a target needs (a drafter, which only proposes, need not)."""
     check_target_quant(scheme, next(model.parameters()).device)
     if scheme == "none":
         return model
@@ -129,4 +181,9 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
         setattr(model.get_submodule(parent), child, WeightOnlyLinear(linear, scheme, group_size))
     # tied input embeddings keep the float weight: only the head's copy is quantized
     model.config.tie_word_embeddings = False
+    if rowwise:  # every linear now computes each row alone; with attention that does too
+        # (taps.rowwise), a tree's rows are plain decoding's bits, in any dtype
+        from taps.rowwise import register
+
+        model.set_attn_implementation(register())
     return model

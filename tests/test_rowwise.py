@@ -1,0 +1,42 @@
+"""Row-wise attention (taps.rowwise): a row's output is the same bits whatever other rows share
+its call, and it is attention (close to SDPA with the same mask)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from taps.rowwise import rowwise_attention
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
+    torch.manual_seed(0)
+    cached, rows, heads, kv_heads, dim = 37, 9, 4, 2, 16
+    q = torch.randn(1, heads, rows, dim, dtype=dtype)
+    k = torch.randn(1, kv_heads, cached + rows, dim, dtype=dtype)
+    v = torch.randn(1, kv_heads, cached + rows, dim, dtype=dtype)
+    tree = torch.tensor([-1, 0, 0, 1, 1, 2, 3, 5, 7])  # parents
+    mask = torch.zeros(rows, cached + rows, dtype=torch.bool)
+    mask[:, :cached] = True
+    for i in range(rows):
+        j = i
+        while j >= 0:  # self and ancestors
+            mask[i, cached + j] = True
+            j = int(tree[j])
+    out, _ = rowwise_attention(None, q, k, v, mask[None, None])  # [1, rows, heads, dim]
+    for i in range(rows):  # the row alone, over its allowed keys only: plain decoding's call
+        keys = mask[i].nonzero()[:, 0]
+        alone, _ = rowwise_attention(None, q[:, :, i : i + 1], k[:, :, keys], v[:, :, keys], None)
+        assert torch.equal(out[:, i : i + 1], alone), i
+    sdpa = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask[None, None], enable_gqa=True)
+    torch.testing.assert_close(out.float(), sdpa.transpose(1, 2), rtol=0.02, atol=0.02)
+    additive = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+    assert torch.equal(rowwise_attention(None, q, k, v, additive[None, None])[0], out)  # eager's mask form
+
+
+def test_a_fresh_prefill_is_one_causal_call():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
+    out, _ = rowwise_attention(None, q, k, v, None)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+    assert torch.equal(out, want)
