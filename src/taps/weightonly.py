@@ -58,19 +58,15 @@ INT4_OUTPUT_TILE = 16  # int4: output features must come in multiples of this (t
 _INT4_LEVELS = 15  # codes 0..15; the kernel reads code c as (c - 8) * scale + zero
 
 
-def _w8a8_mm(rows: torch.Tensor, qweight: torch.Tensor, qweight_kn: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+def _w8a8_mm(rows: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """rows [R, K] times the int8 weight [N, K] (scales [N]) with each row quantized to int8 on the
     fly by its own scale (max |x| / 127), so a row's result depends on that row alone; the int8
     products are summed in int32, exactly (|sum| <= K * 127 * 127 < 2^31 for K < 133,000), so no
-    kernel's order of summation can change a bit (`check_target_quant` probes the kernel for it).
-    That frees the layout per call: one row reads the weight as stored ([N, K], transposed view),
-    several rows a [K, N] copy (`qweight_kn`). The 1.5B after 256 tokens, one forward, ms by rows
-    (2-core AMD EPYC, avx512_bf16): [N, K] 67 / 116 / 158 / 224 for 1 / 2 / 8 / 16 rows, [K, N]
-    153 / 92 / 127 / 158; the copy doubles the int8 weights' memory."""
+    kernel's order of summation can change a bit (`check_target_quant` probes the kernel for it)."""
     x = rows.float()
     x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127  # [R, 1]
     xq = (x / x_scale).round().to(torch.int8)  # [R, K]
-    acc = torch._int_mm(xq, qweight.t() if len(rows) == 1 else qweight_kn)  # [R, N] int32
+    acc = torch._int_mm(xq, qweight.t())  # [R, N] int32
     return (acc.float() * x_scale * scales.float()).to(rows.dtype)
 
 
@@ -87,8 +83,6 @@ class WeightOnlyLinear(nn.Module):
         if scheme in ("int8", "w8a8"):
             scale = weight.abs().amax(1).clamp(min=1e-12) / 127  # [N]
             self.register_buffer("qweight", (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
-            if scheme == "w8a8":  # see _w8a8_mm
-                self.register_buffer("qweight_kn", self.qweight.T.contiguous())
             self.register_buffer("scales", scale.to(dtype))  # [N]
         elif scheme == "int4":
             n, k = weight.shape
@@ -110,7 +104,7 @@ class WeightOnlyLinear(nn.Module):
         if self.scheme == "int8":
             out = torch._weight_int8pack_mm(rows, self.qweight, self.scales)  # [R, N]
         elif self.scheme == "w8a8":
-            out = _w8a8_mm(rows, self.qweight, self.qweight_kn, self.scales)  # [R, N]
+            out = _w8a8_mm(rows, self.qweight, self.scales)  # [R, N]
         else:
             out = torch._weight_int4pack_mm_for_cpu(rows, self.qweight, self.group_size, self.scales)  # [R, N]
         out = out.reshape(*x.shape[:-1], self.out_features)
