@@ -180,8 +180,8 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     torch.set_flush_denormal(True)
     generated = tokens = 0
     bar = tqdm(total=n_prompts, initial=n_prompts - len(pending), disable=not progress, desc="gen-data", unit="prompt")
-    started = time.perf_counter()
-    with answerer as answer:
+    with answerer as answer:  # (vLLM starts and compiles its engine here: the estimate starts after)
+        started = time.perf_counter()
         for b, batch in enumerate(batches):
             responses = answer(batch, [prompt_ids[i] for i in batch])
             if b == 0 and len(batches) > 1:
