@@ -8,7 +8,7 @@ import pytest
 from taps.cli import main
 from taps.drafters.loading import SHIPPED
 from taps.vllm_proposer import DRAFTER_ENV, PROPOSER
-from taps.vllm_serve import RESERVED_ENV, VllmServe, command, run
+from taps.vllm_serve import RESERVED_ENV, VllmServe, command, engine_environment, run
 from tiny import tiny_model
 
 GROWN = str(SHIPPED / "qwen2.5-coder-1.5b")
@@ -76,3 +76,16 @@ def test_reserved_cores_follow_the_option_then_the_user_then_the_machine(model_d
     assert RESERVED_ENV not in command(VllmServe(model_dir, "none"))[1]
     monkeypatch.setenv(RESERVED_ENV, "3")
     assert RESERVED_ENV not in command(VllmServe(model_dir, "none"))[1]  # the process inherits the user's 3
+
+
+def test_the_intel_openmp_runtime_is_preloaded_only_where_no_other_is(monkeypatch, tmp_path):
+    """vLLM asserts a single OpenMP runtime in LD_PRELOAD, and puts torch's libgomp there itself
+    (in its process's environment) when it finds none: an engine made after that must not add
+    Intel's."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
+    monkeypatch.setattr("sys.prefix", str(tmp_path))
+    monkeypatch.setenv("LD_PRELOAD", "/x/libtcmalloc.so")
+    assert engine_environment()["LD_PRELOAD"] == f"/x/libtcmalloc.so {tmp_path / 'lib' / 'libiomp5.so'}"
+    monkeypatch.setenv("LD_PRELOAD", "/x/libtcmalloc.so:/torch/lib/libgomp-a34b3233.so.1")
+    assert "LD_PRELOAD" not in engine_environment()

@@ -127,8 +127,11 @@ def engine_environment(reserved_cpus: int | None = None) -> dict[str, str]:
     if reserved_cpus is not None:
         env[RESERVED_ENV] = str(reserved_cpus)
     iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
-    if iomp.is_file():
-        env["LD_PRELOAD"] = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), str(iomp)]))
+    preload = os.environ.get("LD_PRELOAD", "")
+    # one OpenMP runtime only: vLLM asserts it, and preloads torch's libgomp itself (into this
+    # process's environment) when it finds none
+    if iomp.is_file() and not any(name in preload for name in ("libomp", "libgomp", "libiomp")):
+        env["LD_PRELOAD"] = " ".join(filter(None, [preload, str(iomp)]))
     return env
 
 
