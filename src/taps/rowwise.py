@@ -58,12 +58,13 @@ _last: tuple[torch.Tensor, int, list] | None = None  # (mask, batch row, its row
 def _allowed(mask: torch.Tensor, b: int) -> list[torch.Tensor]:
     """Per query row of batch row b, the indices of the keys it attends to."""
     global _last
-    if _last is None or _last[0] is not mask or _last[1] != b:
+    cached = _last  # read once: another thread's forward may replace it meanwhile
+    if cached is None or cached[0] is not mask or cached[1] != b:
         allowed = mask[b if mask.shape[0] > 1 else 0, 0]  # [Q, K]
         if allowed.dtype != torch.bool:
             allowed = allowed == 0  # an additive mask: 0 where attended
-        _last = (mask, b, [row.nonzero()[:, 0] for row in allowed])
-    return _last[2]
+        cached = _last = (mask, b, [row.nonzero()[:, 0] for row in allowed])
+    return cached[2]
 
 
 def register() -> str:
