@@ -29,16 +29,23 @@ cheaper tree rows where that wheel can be installed. Measured costs are in
 results/quantized-targets/.
 
 "w8a8" is not weight-only: the weights as int8's, and each activation row quantized to int8 on
-the fly by its own scale, multiplied by `torch._int_mm` (oneDNN's int8 GEMM on VNNI/AMX). Why:
-the weight-only kernels pay for every row (int4 dequantizes per block of 4 rows), while the int8
-GEMM reads each weight once for all rows, so a tree costs little more than a token again. One
-1536x8960 layer, weights out of cache, 2 threads of a 2-core AMD EPYC (avx512_bf16), ms by rows:
+the fly by its own scale, multiplied by oneDNN's int8 inner product (`onednn::qlinear_pointwise`,
+VNNI/AMX) on weights packed once into its blocked layout (`onednn::qlinear_prepack`). Why: the
+weight-only kernels pay for every row (int4 dequantizes per block of 4 rows), while the int8
+GEMM reads each weight once for all rows, so a tree costs little more than a token again; the
+prepacked layout is what makes that true from two rows on. One 1536x8960 layer, weights out of
+cache, 2 threads of a 2-core AMD EPYC (avx512_bf16), ms by rows:
 
     rows                    1     8    32    64
     bfloat16 (F.linear)  1.60  1.40  2.01  2.94
     int8 weight-only     0.72  1.33  4.02  7.61
     int4 weight-only     0.32  0.97  3.89  7.63
-    w8a8                 0.52  1.13  1.60  2.28
+    w8a8, torch._int_mm  0.52  1.13  1.60  2.28   (plain int8 weight, oneDNN reorders it per call)
+    w8a8, prepacked      0.41  0.50  0.78  1.33   (another session, same machine kind: _int_mm
+                                                   0.47  1.00  1.38  1.86 beside it)
+
+The whole 1.5B target (one forward after 256 tokens, torch profiler): the int8 products of 197
+calls cost 47 ms for one row and 47 ms for eight prepacked, against 32 and 83 ms on `_int_mm`.
 
 Rows stay independent: a row's scale is its own, and int8 products summed in int32 are exact, so
 a row's result is the same bits alone or batched whatever the kernel's order. Its activations are
@@ -58,16 +65,26 @@ INT4_OUTPUT_TILE = 16  # int4: output features must come in multiples of this (t
 _INT4_LEVELS = 15  # codes 0..15; the kernel reads code c as (c - 8) * scale + zero
 
 
-def _w8a8_mm(rows: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """rows [R, K] times the int8 weight [N, K] (scales [N]) with each row quantized to int8 on the
-    fly by its own scale (max |x| / 127), so a row's result depends on that row alone; the int8
-    products are summed in int32, exactly (|sum| <= K * 127 * 127 < 2^31 for K < 133,000), so no
-    kernel's order of summation can change a bit (`check_target_quant` probes the kernel for it)."""
+def _w8a8_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """rows [R, K] times the int8 weight packed by `onednn.qlinear_prepack` (scales [N], float32)
+    with each row quantized to int8 on the fly by its own scale (max |x| / 127), so a row's result
+    depends on that row alone; oneDNN sums the int8 products in int32, exactly (|sum| <= K * 255 *
+    127 < 2^31 for K < 66,000), so no kernel's order of summation can change a bit
+    (`check_target_quant` probes the kernel for it). The rows go in as uint8 with zero point 128,
+    oneDNN's u8 x s8 layout: the same integers, shifted."""
     x = rows.float()
     x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127  # [R, 1]
-    xq = (x / x_scale).round().to(torch.int8)  # [R, K]
-    acc = torch._int_mm(xq, qweight.t())  # [R, N] int32
-    return (acc.float() * x_scale * scales.float()).to(rows.dtype)
+    xq = ((x / x_scale).round() + 128).to(torch.uint8)  # [R, K], codes 1..255
+    out = _qlinear(xq, packed, scales)  # [R, N] float32: each int32 sum times its channel's scale
+    return (out * x_scale).to(rows.dtype)
+
+
+def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """oneDNN's int8 inner product: uint8 rows [R, K] (zero point 128) times a packed int8 weight,
+    float32 out, each int32 sum multiplied by its output channel's float32 scale."""
+    zero_points = torch.zeros(scales.shape, dtype=torch.long)
+    return torch.ops.onednn.qlinear_pointwise(xq, 1.0, 128, packed, scales, zero_points, None, 1.0, 0,
+                                              torch.float32, "none", [], "")
 
 
 class WeightOnlyLinear(nn.Module):
@@ -82,8 +99,14 @@ class WeightOnlyLinear(nn.Module):
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         if scheme in ("int8", "w8a8"):
             scale = weight.abs().amax(1).clamp(min=1e-12) / 127  # [N]
-            self.register_buffer("qweight", (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
+            qweight = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8)  # [N, K]
             self.register_buffer("scales", scale.to(dtype))  # [N]
+            if scheme == "int8":
+                self.register_buffer("qweight", qweight)
+            else:  # packed once into oneDNN's blocked layout (an opaque tensor, so not a buffer:
+                # a quantized target is not copied or saved), its scales in float32 for the kernel
+                self.packed = torch.ops.onednn.qlinear_prepack(qweight, None)
+                self.register_buffer("scales32", scale)
         elif scheme == "int4":
             n, k = weight.shape
             groups = weight.reshape(n, k // group_size, group_size)  # [N, K/g, g]
@@ -104,7 +127,7 @@ class WeightOnlyLinear(nn.Module):
         if self.scheme == "int8":
             out = torch._weight_int8pack_mm(rows, self.qweight, self.scales)  # [R, N]
         elif self.scheme == "w8a8":
-            out = _w8a8_mm(rows, self.qweight, self.scales)  # [R, N]
+            out = _w8a8_mm(rows, self.packed, self.scales32)  # [R, N]
         else:
             out = torch._weight_int4pack_mm_for_cpu(rows, self.qweight, self.group_size, self.scales)  # [R, N]
         out = out.reshape(*x.shape[:-1], self.out_features)
@@ -129,29 +152,32 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None) ->
         raise ValueError(f"unknown target quantization {scheme!r}; choose one of {', '.join(SCHEMES)}")
     if scheme != "none" and torch.device(device or "cpu").type != "cpu":
         raise ValueError(f"--target-quant {scheme} runs on PyTorch's CPU kernels; drop it on {device}")
-    op = {"int8": "_weight_int8pack_mm", "int4": "_weight_int4pack_mm_for_cpu", "w8a8": "_int_mm"}.get(scheme)
+    op = {"int8": "_weight_int8pack_mm", "int4": "_weight_int4pack_mm_for_cpu"}.get(scheme)
     if op is not None and not hasattr(torch.ops.aten, op):
         raise ValueError(f"--target-quant {scheme} needs torch.ops.aten.{op}, missing from torch "
                          f"{torch.__version__}; upgrade PyTorch or drop --target-quant")
-    if scheme == "w8a8" and not _int_mm_is_exact():
-        raise ValueError("--target-quant w8a8 needs exact int8 products, and this CPU's int8 kernel saturates "
-                         "(no AVX-512 VNNI or AMX): use --target-quant int8")
+    if scheme == "w8a8" and not _int8_kernel_is_exact():
+        raise ValueError("--target-quant w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
+                         "saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use --target-quant int8")
     return scheme
 
 
 @functools.cache
-def _int_mm_is_exact() -> bool:
-    """Whether `torch._int_mm` sums int8 products exactly here, alone and batched: x86 kernels
-    without VNNI multiply through 16-bit pairs that saturate at the extremes. Probed once with the
-    worst case (every product +-127 * 127, signs mixed) against float64, exact at these sizes."""
+def _int8_kernel_is_exact() -> bool:
+    """Whether oneDNN's int8 inner product (`_qlinear`) sums int8 products exactly here, alone and
+    batched: x86 kernels without VNNI multiply through 16-bit pairs that saturate at the extremes.
+    Probed once with the worst case (every product 127 * +-127, signs mixed) against float64,
+    exact at these sizes."""
     g = torch.Generator().manual_seed(0)
     signs = torch.randint(0, 2, (33, 256), generator=g) * 2 - 1  # [33, K]
-    x = (signs * 127).to(torch.int8)
-    w = ((torch.randint(0, 2, (256, 48), generator=g) * 2 - 1) * 127).to(torch.int8)  # [K, N]
-    want = (x.double() @ w.double()).to(torch.int32)  # [33, N]
+    xq = (signs * 127 + 128).to(torch.uint8)  # codes 1 and 255: -127 and +127 after the zero point
+    w = ((torch.randint(0, 2, (48, 256), generator=g) * 2 - 1) * 127).to(torch.int8)  # [N, K]
+    want = (signs.double() * 127) @ w.double().T  # [33, N]
     try:
-        return all(torch.equal(torch._int_mm(x[:rows], w), want[:rows]) for rows in (1, 8, 33))
-    except RuntimeError:  # a build without an int8 CPU kernel
+        packed = torch.ops.onednn.qlinear_prepack(w, None)
+        ones = torch.ones(48)
+        return all(torch.equal(_qlinear(xq[:rows], packed, ones).double(), want[:rows]) for rows in (1, 8, 33))
+    except (RuntimeError, AttributeError):  # a build without oneDNN's int8 CPU kernel
         return False
 
 
