@@ -150,6 +150,10 @@ def test_models_are_named_without_absolute_paths_of_the_machine(tmp_path, monkey
     assert portable_name(str(tmp_path / "home" / ".cache" / "m")) == "~/.cache/m"
     for name in ("smollm2-135m", "Qwen/Qwen2.5-0.5B", "oracle", "runs/x", None, "/elsewhere/m"):
         assert portable_name(name) == name  # names and relative paths as given; nothing to shorten
+    monkeypatch.setenv("TAPS_HOME", str(tmp_path / "taps-home"))
+    from taps.assets import model_dir
+
+    assert portable_name(str(model_dir("qwen2.5-coder-1.5b"))) == "qwen2.5-coder-1.5b"  # a packaged model's folder
 
 
 WRITER = """

@@ -266,3 +266,13 @@ def test_a_dflash_drafter_can_start_from_the_targets_own_layers(model, tmp_path,
         config(tmp_path, data_file, init_layers="middle")
     with pytest.raises(ValueError, match="init_layers"):
         config(tmp_path, data_file, kind="grown", base="b", target_layer_ids=None, init_layers="last")  # not its option
+
+
+def test_tau_gain_per_doubling_reads_the_slope_of_a_log_linear_curve():
+    from taps.train.drafter import tau_gain_per_doubling
+
+    evals = [{"step": 0, "eval_tau_chain": 9.0}]  # step 0 (the untrained drafter) is not part of the trend
+    evals += [{"step": s, "eval_tau_chain": 1.2 + 0.3 * math.log2(s * 250)} for s in (25, 50, 100, 200)]
+    assert tau_gain_per_doubling(evals, 250) == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="two or more steps after step 0"):
+        tau_gain_per_doubling(evals[:2], 250)

@@ -6,12 +6,12 @@ Writes learning_curves.png here and in the shipped drafter's folder, and prints 
     .venv/bin/python results/drafter-kinds/curves.py
 """
 
-import math
 import shutil
 from pathlib import Path
 
 from taps.records import read_records
 from taps.report_plots import plot_learning_curves
+from taps.train.drafter import tau_gain_per_doubling
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -21,16 +21,6 @@ LOGS = {
     "grown: Qwen2.5-Coder-0.5B + LoRA": ROOT / "src/taps/shipped/qwen2.5-coder-1.5b/train_log.jsonl",
     "DFlash layout: 2 layers over target features": HERE / "dflash-train_log.jsonl",
 }
-
-
-def gain_per_doubling(evals: list[dict], per_step: float) -> float:
-    """Least-squares slope of the estimated chain tau against log2(training tokens) over the run's
-    evaluations after step 0: what one more doubling of tokens would add if the trend held (the
-    cosine schedule's decay flattens the end, so this is a lower estimate)."""
-    points = [(math.log2(r["step"] * per_step), r["eval_tau_chain"]) for r in evals if r["step"] > 0]
-    mx = sum(x for x, _ in points) / len(points)
-    my = sum(y for _, y in points) / len(points)
-    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
 def main() -> None:
@@ -51,7 +41,7 @@ def main() -> None:
                   f"| {acc} | {r['eval_tau_chain']:.2f} |")
     print()
     for name, log in evals.items():
-        print(f"{name}: estimated chain tau {gain_per_doubling(log, per_step):+.2f} per doubling of training tokens")
+        print(f"{name}: estimated chain tau {tau_gain_per_doubling(log, per_step):+.2f} per doubling of training tokens")
 
 
 if __name__ == "__main__":

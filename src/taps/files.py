@@ -15,6 +15,11 @@ from pathlib import Path
 from typing import Any
 
 
+def taps_home() -> Path:
+    """Root of the cache: `$TAPS_HOME`, else `~/.cache/taps` (packaged models in its models/)."""
+    return Path(os.environ.get("TAPS_HOME") or Path.home() / ".cache" / "taps").expanduser()
+
+
 def read_json(path: str | os.PathLike, remedy: str) -> Any:
     """The JSON document in `path`; a file that is not valid JSON (or not UTF-8) is an error naming
     the file, the place and `remedy` (what to do: "fix or regenerate it", ...)."""

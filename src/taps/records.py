@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from taps.files import make_folder
+from taps.files import make_folder, taps_home
 
 PACKAGE = Path(__file__).resolve().parent  # the taps package this code runs from
 HEADER_KEY = "settings"  # the first line of a pinned file: {"settings": {...}} and nothing else
@@ -201,7 +201,8 @@ class Run:
 
 def portable_name(name: str | None) -> str | None:
     """How records and reports name a model, drafter or scorer: never by an absolute path of the
-    machine, which says nothing on another one. A path inside the taps package becomes
+    machine, which says nothing on another one. A packaged model's converted folder becomes its
+    name (`qwen2.5-coder-1.5b`); a path inside the taps package becomes
     package-relative (`taps/shipped/smollm2-135m`), and so does one inside any source checkout of
     taps (`.../src/taps/...`: older results name the snapshot a benchmark ran from); a path inside
     the working directory becomes relative to it, one in the home folder `~/...`. Names (packaged
@@ -209,6 +210,8 @@ def portable_name(name: str | None) -> str | None:
     if name is None or not Path(name).is_absolute():
         return name
     path = Path(os.path.normpath(name))
+    if path.parent == taps_home().resolve() / "models":  # a packaged model's converted folder, named as it
+        return path.name
     if path.resolve().is_relative_to(PACKAGE):
         return (Path(PACKAGE.name) / path.resolve().relative_to(PACKAGE)).as_posix()
     checkouts = [i for i in range(len(path.parts) - 1) if path.parts[i:i + 2] == ("src", "taps")]

@@ -246,6 +246,19 @@ def train_step(trainee: Trainee, batch: list[TrainSequence], cfg: TrainDrafterCo
     return losses
 
 
+def tau_gain_per_doubling(evals: list[dict], tokens_per_step: float) -> float:
+    """Least-squares slope of a run's estimated chain tau against log2(training tokens) over its
+    evaluation records (log.jsonl lines with "eval_tau_chain") after step 0: what one more
+    doubling of tokens would add if the trend held (a cosine schedule's decay flattens the end,
+    so this is a lower estimate). Needs evaluations at two or more steps after 0."""
+    points = [(math.log2(r["step"] * tokens_per_step), r["eval_tau_chain"]) for r in evals if r["step"] > 0]
+    if len({x for x, _ in points}) < 2:
+        raise ValueError("a trend needs evaluations at two or more steps after step 0")
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+
+
 def _save_state(path: Path, state: dict) -> None:
     """Write-then-rename: a crash leaves the previous state.pt whole."""
     tmp = path.with_name(path.name + ".tmp")

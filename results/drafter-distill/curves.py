@@ -1,0 +1,43 @@
+"""Learning curves of the drafters trained on the target's own answers (train-grown.sh and the
+runs after it): held-out slot accuracy against training tokens (learning_curves.png here) and a
+markdown table of every evaluation, with the trend of estimated chain tau per doubling of tokens.
+
+    .venv/bin/python results/drafter-distill/curves.py
+"""
+
+from pathlib import Path
+
+from taps.records import read_records
+from taps.report_plots import plot_learning_curves
+from taps.train.drafter import tau_gain_per_doubling
+
+HERE = Path(__file__).parent
+LOGS = {"grown on own answers: Qwen2.5-Coder-0.5B + LoRA, 24 layers": HERE / "grown-train_log.jsonl"}
+
+
+def tokens_per_step(log: list[dict]) -> float:
+    """Mean training tokens per optimizer step, from the log's own count (its last record)."""
+    last = max((r for r in log if r.get("step", 0) > 0 and r.get("tokens")), key=lambda r: r["step"])
+    return last["tokens"] / last["step"]
+
+
+def main() -> None:
+    logs = {name: read_records(path) for name, path in LOGS.items() if path.exists()}
+    runs = {name: (log, tokens_per_step(log)) for name, log in logs.items()}
+    plot_learning_curves(runs, HERE / "learning_curves.png")
+    print("| drafter | step | training tokens | minutes | held-out slot accuracy 1..7 | est. chain tau |")
+    print("|---|---:|---:|---:|---|---:|")
+    for name, (log, per_step) in runs.items():
+        for r in (r for r in log if "eval_slot_acc" in r):
+            acc = " ".join(f"{a:.2f}" for a in r["eval_slot_acc"])
+            print(f"| {name.split(':')[0]} | {r['step']} | {r['step'] * per_step:,.0f} | {r['elapsed_s'] / 60:.1f} "
+                  f"| {acc} | {r['eval_tau_chain']:.2f} |")
+    print()
+    for name, (log, per_step) in runs.items():
+        evals = [r for r in log if "eval_slot_acc" in r]
+        print(f"{name}: {per_step:.0f} tokens a step; estimated chain tau "
+              f"{tau_gain_per_doubling(evals, per_step):+.2f} per doubling of training tokens")
+
+
+if __name__ == "__main__":
+    main()
