@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from taps.rowwise import rowwise_attention
+from taps.rowwise import _keys, rowwise_attention
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -23,6 +23,9 @@ def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
         while j >= 0:  # self and ancestors
             mask[i, cached + j] = True
             j = int(tree[j])
+    # rows 0 and 1 attend to a prefix of the keys (read in place); the others gather theirs
+    assert [isinstance(_keys(row), int) for row in mask] == [i in (0, 1) for i in range(rows)]
+    assert _keys(torch.ones(5, dtype=torch.bool)) is None  # plain decoding's row: every key
     out, _ = rowwise_attention(None, q, k, v, mask[None, None])  # [1, rows, heads, dim]
     for i in range(rows):  # the row alone, over its allowed keys only: plain decoding's call
         keys = mask[i].nonzero()[:, 0]
