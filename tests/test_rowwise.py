@@ -25,7 +25,7 @@ def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
             j = int(tree[j])
     # rows 0 and 1 attend to a prefix of the keys (read in place); the others gather theirs
     assert [isinstance(_keys(row), int) for row in mask] == [i in (0, 1) for i in range(rows)]
-    assert _keys(torch.ones(5, dtype=torch.bool)) is None  # plain decoding's row: every key
+    assert _keys(torch.ones(5, dtype=torch.bool)) == 5  # plain decoding's row: every key
     out, _ = rowwise_attention(None, q, k, v, mask[None, None])  # [1, rows, heads, dim]
     for i in range(rows):  # the row alone, over its allowed keys only: plain decoding's call
         keys = mask[i].nonzero()[:, 0]

@@ -157,8 +157,8 @@ def test_the_exactness_probe_passes_here_and_fails_a_kernel_that_saturates(monke
         assert weightonly._int8_kernel_is_exact()  # this CPU sums int8 products exactly
     exact = weightonly._qlinear
 
-    def saturating(xq, packed, scales):  # pre-VNNI x86: u8 x s8 pairs summed in int16, saturated
-        out = exact(xq, packed, scales)
+    def saturating(xq, packed, scales, zero_points):  # pre-VNNI x86: u8 x s8 pairs summed in int16, saturated
+        out = exact(xq, packed, scales, zero_points)
         return out.clamp(-(2**15), 2**15 - 1)
 
     monkeypatch.setattr(weightonly, "_qlinear", saturating)

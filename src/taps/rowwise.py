@@ -46,12 +46,10 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return out.transpose(1, 2).contiguous(), None
     out = torch.empty_like(query)  # [B, H, Q, D]
     for b in range(batch):
-        keys = [None] if attention_mask is None else _allowed(attention_mask, b)  # per row: see _allowed
+        keys = [key.shape[2]] if attention_mask is None else _allowed(attention_mask, b)  # per row: see _allowed
         key_b, value_b = key[b].float(), value[b].float()  # [Hkv, K, D], converted once for all rows
         for i, allowed in enumerate(keys):
-            if allowed is None:
-                k, v = key_b, value_b
-            elif isinstance(allowed, int):  # the first `allowed` keys: a view, no copy
+            if isinstance(allowed, int):  # the first `allowed` keys: a view, no copy
                 k, v = key_b[:, :allowed], value_b[:, :allowed]  # [Hkv, L, D]
             else:
                 k, v = key_b[:, allowed], value_b[:, allowed]  # [Hkv, L, D]
@@ -64,11 +62,11 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 _last: tuple[torch.Tensor, int, list] | None = None  # (mask, batch row, its rows' keys): every layer gets one mask
 
 
-def _allowed(mask: torch.Tensor, b: int) -> list[torch.Tensor | int | None]:
-    """Per query row of batch row b, the keys it attends to: None for all of them (plain
-    decoding's row, a chain's last), an int m for the first m (a row whose ancestors are all the
-    tree's nodes before it: a chain's rows, a tree's first ones), else their indices. The first two read the
-    keys in place, no gathered copy (72 of the 117 us a float32 row call took for 257 keys)."""
+def _allowed(mask: torch.Tensor, b: int) -> list[torch.Tensor | int]:
+    """Per query row of batch row b, the keys it attends to: an int m for the first m (all of them
+    for plain decoding's row; a row whose ancestors are all the tree's nodes before it: a chain's
+    rows, a tree's first ones), read in place with no gathered copy (72 of the 117 us a float32
+    row call took for 257 keys), else their indices."""
     global _last
     cached = _last  # read once: another thread's forward may replace it meanwhile
     if cached is None or cached[0] is not mask or cached[1] != b:
@@ -79,11 +77,9 @@ def _allowed(mask: torch.Tensor, b: int) -> list[torch.Tensor | int | None]:
     return cached[2]
 
 
-def _keys(row: torch.Tensor) -> torch.Tensor | int | None:
-    """One row of a boolean mask [K] as `_allowed` gives it: None (all), m (the first m) or indices."""
+def _keys(row: torch.Tensor) -> torch.Tensor | int:
+    """One row of a boolean mask [K] as `_allowed` gives it: m (the first m keys) or indices."""
     m = int(row.sum())
-    if m == row.numel():
-        return None
     return m if bool(row[:m].all()) else row.nonzero()[:, 0]
 
 

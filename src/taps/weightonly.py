@@ -65,7 +65,7 @@ INT4_OUTPUT_TILE = 16  # int4: output features must come in multiples of this (t
 _INT4_LEVELS = 15  # codes 0..15; the kernel reads code c as (c - 8) * scale + zero
 
 
-def _w8a8_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+def _w8a8_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor) -> torch.Tensor:
     """rows [R, K] times the int8 weight packed by `onednn.qlinear_prepack` (scales [N], float32)
     with each row quantized to int8 on the fly by its own scale (max |x| / 127), so a row's result
     depends on that row alone; oneDNN sums the int8 products in int32, exactly (|sum| <= K * 255 *
@@ -75,14 +75,14 @@ def _w8a8_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> 
     x = rows.float()
     x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127  # [R, 1]
     xq = ((x / x_scale).round() + 128).to(torch.uint8)  # [R, K], codes 1..255
-    out = _qlinear(xq, packed, scales)  # [R, N] float32: each int32 sum times its channel's scale
+    out = _qlinear(xq, packed, scales, zero_points)  # [R, N] float32: each int32 sum times its channel's scale
     return (out * x_scale).to(rows.dtype)
 
 
-def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """oneDNN's int8 inner product: uint8 rows [R, K] (zero point 128) times a packed int8 weight,
-    float32 out, each int32 sum multiplied by its output channel's float32 scale."""
-    zero_points = torch.zeros(scales.shape, dtype=torch.long)
+def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor) -> torch.Tensor:
+    """oneDNN's int8 inner product: uint8 rows [R, K] (zero point 128) times a packed int8 weight
+    (symmetric: `zero_points` [N] all 0), float32 out, each int32 sum multiplied by its output
+    channel's float32 scale."""
     return torch.ops.onednn.qlinear_pointwise(xq, 1.0, 128, packed, scales, zero_points, None, 1.0, 0,
                                               torch.float32, "none", [], "")
 
@@ -107,6 +107,7 @@ class WeightOnlyLinear(nn.Module):
                 # a quantized target is not copied or saved), its scales in float32 for the kernel
                 self.packed = torch.ops.onednn.qlinear_prepack(qweight, None)
                 self.register_buffer("scales32", scale)
+                self.register_buffer("zero_points", torch.zeros(scale.shape, dtype=torch.long))  # made once, not per call
         elif scheme == "int4":
             n, k = weight.shape
             groups = weight.reshape(n, k // group_size, group_size)  # [N, K/g, g]
@@ -127,7 +128,7 @@ class WeightOnlyLinear(nn.Module):
         if self.scheme == "int8":
             out = torch._weight_int8pack_mm(rows, self.qweight, self.scales)  # [R, N]
         elif self.scheme == "w8a8":
-            out = _w8a8_mm(rows, self.packed, self.scales32)  # [R, N]
+            out = _w8a8_mm(rows, self.packed, self.scales32, self.zero_points)  # [R, N]
         else:
             out = torch._weight_int4pack_mm_for_cpu(rows, self.qweight, self.group_size, self.scales)  # [R, N]
         out = out.reshape(*x.shape[:-1], self.out_features)
@@ -175,8 +176,8 @@ def _int8_kernel_is_exact() -> bool:
     want = (signs.double() * 127) @ w.double().T  # [33, N]
     try:
         packed = torch.ops.onednn.qlinear_prepack(w, None)
-        ones = torch.ones(48)
-        return all(torch.equal(_qlinear(xq[:rows], packed, ones).double(), want[:rows]) for rows in (1, 8, 33))
+        ones, zeros = torch.ones(48), torch.zeros(48, dtype=torch.long)
+        return all(torch.equal(_qlinear(xq[:rows], packed, ones, zeros).double(), want[:rows]) for rows in (1, 8, 33))
     except (RuntimeError, AttributeError):  # a build without oneDNN's int8 CPU kernel
         return False
 
