@@ -15,6 +15,7 @@ from taps.train import cli as T
 from taps.train import data as D
 from taps.train import overlap as O
 from taps.train import prompts as P
+from taps.train import chat as chat_mod
 from taps.train import stdlib as S
 from taps.train.cli import TRAIN_HELP, TRAIN_REQUIRED
 from taps.train.drafter import TrainDrafterConfig, load_sequences
@@ -30,12 +31,38 @@ def test_prompts_are_deterministic_prefix_stable_and_mixed():
     assert P.training_prompts(12, seed=0) == [p.text for p in long[:12]]  # prefix-stable: resumable with more
     assert P.training_prompts(12, seed=1) != [p.text for p in long[:12]]
     assert len({p.text for p in long}) == 30
-    assert {p.source for p in long} == set(P.SOURCES)
+    assert {p.source for p in long} == set(P.DEFAULT_MIX)
     for p in long:
         if p.source == "code-write":
             assert p.text.startswith(("Write a Python", "Implement the Python", "In Python, write")) and "`" in p.text
         if p.source == "code-explain":
             assert "```python\n" in p.text and len(p.text) < P.MAX_SOURCE_CHARS + 200
+
+
+def test_chat_prompts_are_seeded_distinct_of_every_kind_and_opt_in():
+    chat = P.training_prompt_records(400, seed=0, mix={"chat": 1.0})
+    assert chat == P.training_prompt_records(400, seed=0, mix={"chat": 1.0}) and {p.source for p in chat} == {"chat"}
+    assert len({p.text for p in chat}) == 400
+    starts = {"Write ": 0, "Imagine you are ": 0, "Here are this week's orders": 0, "Compare ": 0}
+    for p in chat:
+        for start in starts:
+            starts[start] += p.text.startswith(start)
+    assert all(starts.values()), starts  # writing, role-play, extraction, comparisons all come early
+    assert P.training_prompts(5, seed=1, mix={"chat": 1.0}) != [p.text for p in chat[:5]]
+    assert "chat" not in P.DEFAULT_MIX  # files made with the default keep their prompts
+    sizes = chat_mod.chat_sizes()
+    assert sizes["extraction"] is None and sizes["writing"] == len(chat_mod.FORMS) * len(chat_mod.SUBJECTS) * len(chat_mod.CONSTRAINTS)
+    O.check_no_eval_overlap([p.text for p in chat])
+
+
+def test_gen_data_mix_option_parses_and_refuses_bad_input(capsys):
+    args = build_parser().parse_args(["gen-data", "--target", "t", "--out", "o", "--prompts", "1", "--mix", "chat=1,math=0.5"])
+    assert args.mix == {"chat": 1.0, "math": 0.5}
+    for bad, says in [("poetry=1", "unknown prompt source 'poetry'"), ("chat", "has no weight"),
+                      ("chat=-1", "must be >= 0"), ("chat=0", "no source a weight above 0")]:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["gen-data", "--target", "t", "--out", "o", "--prompts", "1", "--mix", bad])
+        assert says in capsys.readouterr().err
 
 
 def test_mix_selects_sources_and_rejects_bad_weights():

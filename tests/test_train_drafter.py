@@ -1,5 +1,6 @@
 """The DFlash training recipe on a tiny random target: mask, train/inference agreement, loss, resume."""
 
+import dataclasses
 import json
 import math
 
@@ -183,6 +184,32 @@ def test_resume_continues_where_it_stopped(model, tmp_path, data_file):
     data_file.write_text(data_file.read_text().replace("[", "[1, ", 1))
     with pytest.raises(ValueError, match="data_sha256 differ"):
         train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), model=model)
+
+
+def test_a_warm_start_on_more_data_begins_where_another_run_ended(model, tmp_path, data_file):
+    first = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "a")), model=model)
+    more = tmp_path / "more.jsonl"
+    more.write_text(data_file.read_text())
+    # several files train as one list (10 + 10 sequences, 2 held out, 2 a step: 9 steps an epoch)
+    cfg = config(tmp_path, data_file, data=(str(data_file), str(more)), out=str(tmp_path / "b"), epochs=1,
+                 init_from=str(tmp_path / "a"))
+    assert train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "f"), max_steps=3), model=model).step == 3
+    warm = train_drafter(dataclasses.replace(cfg, stop_after_steps=1), model=model)
+    assert warm.total_steps == 9
+    log = [json.loads(x) for x in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    cold = train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "c"), init_from=None, stop_after_steps=1), model=model)
+    cold_log = [json.loads(x) for x in (tmp_path / "c" / "log.jsonl").read_text().splitlines()]
+    # step 0 on the same held-out split: the first run's weights, against a fresh init (the control)
+    assert first.step == 12 and cold.step == 1 and log[0]["eval_loss"] < cold_log[0]["eval_loss"]
+    # the data and the start are pinned: a resume with another file list or start is refused
+    with pytest.raises(ValueError, match="data_sha256 differ"):
+        train_drafter(dataclasses.replace(cfg, data=(str(data_file),)), model=model)
+    with pytest.raises(ValueError, match="init_from differ"):
+        train_drafter(dataclasses.replace(cfg, init_from=str(tmp_path / "c")), model=model)
+    with pytest.raises(ValueError, match="init_from: no training state"):
+        train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "d"), init_from=str(tmp_path / "none")), model=model)
+    with pytest.raises(ValueError, match="num_hidden_layers, target_layer_ids differ"):
+        train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "e"), num_hidden_layers=2, target_layer_ids=(0, 1)), model=model)
 
 
 def test_a_crash_while_saving_leaves_the_last_checkpoint_whole(model, tmp_path, data_file, monkeypatch):

@@ -6,6 +6,7 @@ The CLI parses and prints; taps.train computes and returns. `add_commands` adds 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -18,7 +19,7 @@ def _gen_data(args) -> int:
 
     result = generate_data(args.target, args.out, args.prompts, max_new_tokens=args.max_new_tokens,
                            batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True,
-                           temperature=args.temperature, engine=args.engine)
+                           temperature=args.temperature, engine=args.engine, mix=args.mix)
     print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} generated now), "
           f"{result.tokens} tokens")
     if args.text_tokens:
@@ -30,6 +31,27 @@ def _gen_data(args) -> int:
                                       args.text_tokens, args.text_seq_len, args.seed)
         print(f"{result.path}: {added} stdlib text sequences added")
     return 0
+
+
+def prompt_mix(text: str) -> dict[str, float]:
+    """`--mix chat=1,math=0.5`: source weights of the training prompts (taps.train.prompts)."""
+    from taps.train.prompts import SOURCES
+
+    mix = {}
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        name = name.strip()
+        if name not in SOURCES:
+            raise argparse.ArgumentTypeError(f"unknown prompt source {name!r}: use {', '.join(SOURCES)} as SOURCE=WEIGHT")
+        try:
+            mix[name] = float(weight)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} has no weight: write SOURCE=WEIGHT, e.g. chat=1") from None
+        if not mix[name] >= 0:
+            raise argparse.ArgumentTypeError(f"{part!r}: a weight must be >= 0")
+    if not any(mix.values()):
+        raise argparse.ArgumentTypeError("the mix gives no source a weight above 0")
+    return mix
 
 
 def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
@@ -80,6 +102,10 @@ TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every 
     "stop_after_steps": "end this run at this step (the schedule still spans all epochs); rerun to resume",
     "dtype": "the target's weights and the drafter's compute: float32 or bfloat16",
     "seed": "drafter init, held-out split, data order and anchors",
+    "max_steps": "cut the whole schedule (warm-up, decay) to N optimizer steps, for a time budget on much data "
+                 "(default: all epochs)",
+    "init_from": "start from the weights another run folder trained (same kind and drafter options), e.g. to go "
+                 "on with more --data, which a resumed run refuses; its schedule starts anew (default: none)",
 }
 TRAIN_REQUIRED = ("target", "data", "out", "mask_token_id", "progress")  # options of their own
 
@@ -117,16 +143,20 @@ def _train_drafter(args) -> int:
     from taps.train.drafter import LOG_FILE, TrainDrafterConfig, train_drafter
 
     out = Path(args.out) if args.out else default_run(args.target)
-    data = Path(args.data) if args.data else out / "data.jsonl"
+    files = [Path(d) for d in args.data] if args.data else [out / "data.jsonl"]
     prompts = DEFAULT_PROMPTS if args.prompts is None and args.data is None else args.prompts
-    if prompts is None and not data.is_file():
-        raise ValueError(f"no data file {data}; make it with `taps gen-data` or pass --prompts N")
+    if prompts is not None and len(files) > 1:
+        raise ValueError("--prompts generates into one --data file: give one, or drop --prompts")
+    missing = [str(f) for f in files if not f.is_file()]
+    if prompts is None and missing:
+        raise ValueError(f"no data file {', '.join(missing)}; make it with `taps gen-data` or pass --prompts N")
+    data = files[0]  # where --prompts generates
     fields = {name: getattr(args, name) for name in TRAIN_HELP}
     # the options are checked before the tokenizer loads; then the mask token, said when chosen
-    cfg = TrainDrafterConfig(target=args.target, data=str(data), out=str(out), mask_token_id=args.mask_token_id or 0,
-                             progress=not args.no_progress, **fields)
+    cfg = TrainDrafterConfig(target=args.target, data=tuple(map(str, files)), out=str(out),
+                             mask_token_id=args.mask_token_id or 0, progress=not args.no_progress, **fields)
     cfg = dataclasses.replace(cfg, mask_token_id=_mask_token(args.target, args.mask_token_id))
-    print(f"run folder: {out}; data: {data}" + (f" ({prompts} prompts)" if prompts is not None else ""))
+    print(f"run folder: {out}; data: {', '.join(map(str, files))}" + (f" ({prompts} prompts)" if prompts is not None else ""))
     if prompts is not None:
         from taps.train.data import generate_data
 
@@ -196,6 +226,9 @@ def _add_gen_data(sub) -> None:
     d.add_argument("--engine", choices=list(ENGINES), default="transformers",
                    help="what generates: transformers (default) or vllm (the vllm extra: make install-vllm, then "
                         ".venv-vllm/bin/taps gen-data; several times faster on a CPU; pinned in the file)")
+    d.add_argument("--mix", type=prompt_mix, default=None,
+                   help="which training prompts: SOURCE=WEIGHT,... over code-write, code-explain, math, reasoning, "
+                        "general, chat (default: all but chat, taps.train.prompts.DEFAULT_MIX; pinned in the file)")
     d.add_argument("--text-tokens", type=bounded(int, 0), default=0, help="also add N tokens of raw stdlib source (0)")
     d.add_argument("--text-seq-len", type=bounded(int, 2), default=512, help="tokens per stdlib text sequence (512)")
     d.set_defaults(func=_gen_data)
@@ -210,7 +243,7 @@ def _add_train_drafter(sub) -> None:
     t.add_argument("--target", required=True, help="the frozen target: packaged model name, folder or hub id")
     t.add_argument("--out", default=None, help="run folder: data.jsonl, state.pt (resume), drafter/, log.jsonl "
                                                 "(default: $TAPS_HOME/drafters/TARGET)")
-    t.add_argument("--data", default=None, help='JSONL of {"ids": [...]} records, from `taps gen-data` '
+    t.add_argument("--data", nargs="+", default=None, help='JSONL files of {"ids": [...]} records, from `taps gen-data` '
                                                 f"(default: OUT/data.jsonl, made with --prompts {DEFAULT_PROMPTS})")
     t.add_argument("--mask-token-id", type=bounded(int, 0), default=None,
                    help="block filler token id: an unused special token (default: the tokenizer's first one, said)")

@@ -43,7 +43,7 @@ RUN_FIELDS = frozenset({"out", "data", "stop_after_steps", "progress", "eval_eve
 @dataclass(frozen=True)
 class TrainDrafterConfig:
     target: str  # the frozen target: a packaged model name, a folder or a hub id (taps.assets.load_model)
-    data: str  # JSONL file of training sequences, one {"ids": [token ids of the target]} record a line
+    data: tuple[str, ...]  # JSONL files of training sequences, one {"ids": [token ids of the target]} record a line (a str: one file)
     out: str  # output folder: state.pt (resume), drafter/ (a folder of the kind), log.jsonl
     mask_token_id: int  # block filler; a row of the target's (dflash) or base's (grown) embedding table, never pad or eos
     kind: str = "dflash"  # the drafter kind to train: a name in taps.drafters.KINDS (each lists the options below only it reads)
@@ -60,6 +60,7 @@ class TrainDrafterConfig:
     max_seq_len: int = 1024  # longer sequences are cut to their first max_seq_len tokens
     sequences_per_step: int = 1  # sequences whose gradients add up before one optimizer step
     epochs: int = 6  # passes over the training sequences (published: 6)
+    max_steps: int | None = None  # cut the schedule (warm-up, decay) to this many optimizer steps; None: all epochs
     lr: float = 6e-4  # peak AdamW learning rate (published: 6e-4)
     warmup_fraction: float = 0.04  # share of all steps spent warming the learning rate up linearly (published: 4%)
     weight_decay: float = 0.01  # AdamW weight decay
@@ -73,9 +74,13 @@ class TrainDrafterConfig:
     stop_after_steps: int | None = None  # end this run at this step (the schedule still spans all epochs); rerun to resume
     dtype: str = "float32"  # "float32" or "bfloat16": the target's weights and the drafter's compute (its weights stay float32)
     seed: int = 0  # drafter init, held-out split, data order and anchors
+    init_from: str | None = None  # start the trained weights from another run folder's state.pt (same drafter settings); the schedule starts anew
     progress: bool = True  # show a tqdm progress bar
 
     def __post_init__(self):
+        object.__setattr__(self, "data", (self.data,) if isinstance(self.data, (str, os.PathLike)) else tuple(self.data))
+        if not self.data:
+            raise ValueError("data must name at least one JSONL file")
         if self.target_layer_ids is not None:
             object.__setattr__(self, "target_layer_ids", tuple(self.target_layer_ids))
         if not isinstance(self.mask_token_id, int) or self.mask_token_id < 0:
@@ -101,6 +106,8 @@ class TrainDrafterConfig:
             raise ValueError(f"soft_label_weight must be in [0, 1], got {self.soft_label_weight}")
         if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
             raise ValueError(f"draft_vocab_size must be >= 1, got {self.draft_vocab_size}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if self.stop_after_steps is not None and self.stop_after_steps < 1:
             raise ValueError(f"stop_after_steps must be >= 1, got {self.stop_after_steps}")
         if self.gamma is not None and not self.gamma > 0:
@@ -290,6 +297,20 @@ def train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None = None)
         return _train_drafter(cfg, model, out)
 
 
+def _init_weights(run: Path, drafter_config: dict) -> dict[str, torch.Tensor]:
+    """The trained weights of another run (its state.pt), for a drafter of the same settings: a
+    warm start, e.g. on more data, whose file hash a resumed run would refuse."""
+    path = run / STATE_FILE if run.is_dir() else run
+    if not path.is_file():
+        raise ValueError(f"init_from: no training state at {path}; name a train-drafter run folder")
+    state = torch.load(path, weights_only=True)
+    if state["drafter_config"] != drafter_config:
+        changed = sorted(k for k in drafter_config if state["drafter_config"].get(k) != drafter_config[k])
+        raise ValueError(f"init_from: {path} trained a drafter with other settings ({', '.join(changed)} differ); "
+                         "use the same kind, base and drafter options")
+    return state["drafter"]
+
+
 def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: Path) -> TrainResult:
     torch.set_flush_denormal(True)  # denormals run through slow microcode on x86 CPUs
     dtype = DTYPES[cfg.dtype]
@@ -301,17 +322,21 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
     model = model.to(dtype).eval().requires_grad_(False)
     vocab_size = model.get_output_embeddings().weight.shape[0]
 
-    train, held_out = split_sequences(load_sequences(cfg.data, vocab_size, cfg.max_seq_len, cfg.anchor_region), cfg.eval_sequences, cfg.seed)
+    sequences = [s for path in cfg.data for s in load_sequences(path, vocab_size, cfg.max_seq_len, cfg.anchor_region)]
+    train, held_out = split_sequences(sequences, cfg.eval_sequences, cfg.seed)
     trainee: Trainee = training.trainee(cfg, model, [s.ids for s in train])
     params = [p for p in trainee.module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(train) / cfg.sequences_per_step)
-    total = cfg.epochs * steps_per_epoch
+    total = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
     warmup = max(1, round(cfg.warmup_fraction * total))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total, warmup))
     anchor_rng = torch.Generator().manual_seed(cfg.seed)
     run_config = {k: v for k, v in asdict(cfg).items() if k not in RUN_FIELDS}
-    run_config["data_sha256"] = hashlib.sha256(Path(cfg.data).read_bytes()).hexdigest()
+    data_hash = hashlib.sha256()  # of the files' bytes in order (one file: its own sha256, as before several)
+    for path in cfg.data:
+        data_hash.update(Path(path).read_bytes())
+    run_config["data_sha256"] = data_hash.hexdigest()
     step, loss_sum, loss_n, tokens = 0, 0.0, 0, 0  # tokens: of the training sequences passed so far
 
     state_path = out / STATE_FILE
@@ -329,6 +354,8 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
         anchor_rng.set_state(state["anchor_rng"])
         step, loss_sum, loss_n = state["step"], state["loss_sum"], state["loss_n"]
         tokens = state.get("tokens", 0)  # checkpoints from before the count resume from 0
+    elif cfg.init_from is not None:
+        trainee.module.load_state_dict(_init_weights(Path(cfg.init_from), asdict(trainee.spec)), strict=False)
 
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     stop = total if cfg.stop_after_steps is None else min(total, cfg.stop_after_steps)

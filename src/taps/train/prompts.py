@@ -26,6 +26,11 @@ standard library and reasoning-gym 0.1.25, see `source_sizes()`):
                 ("Summarize what the Python module `json` is for", "Give three tips for using
                 ...") and texts from its docstrings (summarize, translate into German/French/
                 Spanish, rewrite in plain English). 2,556 distinct prompts.
+  chat          open-domain requests (writing, role-play, explanations, comparisons, extraction
+                from a given list) from templates over word lists (taps.train.chat). Not in
+                DEFAULT_MIX, so files made with the default keep their prompts; ask for it with
+                a mix (`taps gen-data --mix chat=1`). 7,300 distinct prompts, then extraction
+                prompts without end.
 
 None of them come from an evaluation set (HumanEval, MT-Bench, Spec-Bench, GSM-Symbolic with
 the evaluation seed); taps.train.overlap checks it by text, and `generate_data` runs that check.
@@ -43,9 +48,11 @@ from dataclasses import dataclass
 
 from taps.datasets import GSM_SYMBOLIC_SEED
 from taps.train import overlap
+from taps.train.chat import chat_prompts
 from taps.train.stdlib import ModuleInfo, normalize_space, scan_module, stdlib_files, usable_paragraph
 
-SOURCES = ("code-write", "code-explain", "math", "reasoning", "general")
+SOURCES = ("code-write", "code-explain", "math", "reasoning", "general", "chat")
+# chat came later: adding it here would change the prompts of every file made with the default
 DEFAULT_MIX = {"code-write": 0.25, "code-explain": 0.15, "math": 0.2, "reasoning": 0.1, "general": 0.3}
 REASONING_TASKS = (
     "basic_arithmetic", "chain_sum", "leg_counting", "word_sorting", "letter_counting", "family_relationships",
@@ -175,7 +182,7 @@ def _reasoning(seed: int) -> Iterator[str]:
 
 
 STREAMS = {"code-write": _code_write, "code-explain": _code_explain, "math": _math, "reasoning": _reasoning,
-           "general": _general}
+           "general": _general, "chat": chat_prompts}
 
 
 @dataclass(frozen=True)
@@ -227,7 +234,7 @@ def source_sizes(seed: int = 0) -> dict[str, int | None]:
     the reasoning-gym sources are unlimited (None)."""
     sizes: dict[str, int | None] = {}
     for name in SOURCES:
-        if name in ("math", "reasoning"):
+        if name in ("math", "reasoning", "chat"):  # chat: taps.train.chat.chat_sizes() counts its kinds
             sizes[name] = None
         else:
             sizes[name] = len({normalize_space(t) for t in STREAMS[name](seed)})
