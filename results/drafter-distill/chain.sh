@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Issue 22: chain decoding (7 argmax tokens) of the drafter trained on the target's own answers
-# (a snapshot of train-grown.sh's drafter/, copied to runs/grown-distill-STEP) beside plain decoding,
-# on the prompts of the shipped drafter's chain:7 rows (results/headline, results/drafters-chain-bf16): the first 10 HumanEval problems, 10 MT-Bench questions (turn
-# 1) and 10 GSM-Symbolic problems (seed 1234), T=0, bfloat16, at most 128 new tokens, the
-# drafter in int8 as beside the headline's target. tau at T=0 does not depend on the machine's
-# speed, so it compares with those files' chain:7 tau. Resumable.
-#     results/drafter-distill/chain.sh STEP
+# Issue 22: chain decoding (7 argmax tokens) of a drafter trained on the target's own answers
+# (a snapshot of a run's drafter/, copied to runs/grown-RUN-STEP) beside plain decoding, on the
+# prompts of the shipped drafter's chain:7 rows (results/headline, results/drafters-chain-bf16):
+# the first 10 HumanEval problems, 10 MT-Bench questions (turn 1) and 10 GSM-Symbolic problems
+# (seed 1234), T=0, bfloat16, at most 128 new tokens, the drafter in int8 as beside the headline's
+# target. tau at T=0 does not depend on the machine's speed, so it compares with those files'
+# chain:7 tau. Resumable.
+#     results/drafter-distill/chain.sh RUN STEP   (RUN: distill = train-grown.sh, chat = train-grown-chat.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-STEP=$1
-SNAPSHOT=runs/grown-distill-$STEP
-[ -d $SNAPSHOT ] || cp -r runs/train-qwen-grown-distill/drafter $SNAPSHOT
+RUN=$1 STEP=$2
+SNAPSHOT=runs/grown-$RUN-$STEP
+[ -d $SNAPSHOT ] || cp -r runs/train-qwen-grown-$RUN/drafter $SNAPSHOT
 COMMON="--target qwen2.5-coder-1.5b --methods ar,chain:7 --turns 1 --limit 10 --temperatures 0 --max-new-tokens 128
   --dtype bfloat16 --drafter-quant int8 --datasets humaneval,mt-bench,gsm-symbolic"
-.venv/bin/taps bench $COMMON --drafter $SNAPSHOT --out results/drafter-distill/grown-$STEP-chain.jsonl
+.venv/bin/taps bench $COMMON --drafter $SNAPSHOT --out results/drafter-distill/grown-$RUN-$STEP-chain.jsonl
