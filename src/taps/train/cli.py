@@ -34,24 +34,20 @@ def _gen_data(args) -> int:
 
 
 def prompt_mix(text: str) -> dict[str, float]:
-    """`--mix chat=1,math=0.5`: source weights of the training prompts (taps.train.prompts)."""
-    from taps.train.prompts import SOURCES
+    """`--mix chat=1,math=0.5`: source weights of the training prompts (taps.train.prompts.check_mix)."""
+    from taps.train.prompts import check_mix
 
     mix = {}
     for part in text.split(","):
         name, _, weight = part.partition("=")
-        name = name.strip()
-        if name not in SOURCES:
-            raise argparse.ArgumentTypeError(f"unknown prompt source {name!r}: use {', '.join(SOURCES)} as SOURCE=WEIGHT")
         try:
-            mix[name] = float(weight)
+            mix[name.strip()] = float(weight)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{part!r} has no weight: write SOURCE=WEIGHT, e.g. chat=1") from None
-        if not mix[name] >= 0:
-            raise argparse.ArgumentTypeError(f"{part!r}: a weight must be >= 0")
-    if not any(mix.values()):
-        raise argparse.ArgumentTypeError("the mix gives no source a weight above 0")
-    return mix
+    try:
+        return check_mix(mix)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def mask_token_candidates(tokenizer, limit: int = 8) -> list[tuple[int, str]]:
@@ -153,7 +149,7 @@ def _train_drafter(args) -> int:
     data = files[0]  # where --prompts generates
     fields = {name: getattr(args, name) for name in TRAIN_HELP}
     # the options are checked before the tokenizer loads; then the mask token, said when chosen
-    cfg = TrainDrafterConfig(target=args.target, data=tuple(map(str, files)), out=str(out),
+    cfg = TrainDrafterConfig(target=args.target, data=files, out=str(out),
                              mask_token_id=args.mask_token_id or 0, progress=not args.no_progress, **fields)
     cfg = dataclasses.replace(cfg, mask_token_id=_mask_token(args.target, args.mask_token_id))
     print(f"run folder: {out}; data: {', '.join(map(str, files))}" + (f" ({prompts} prompts)" if prompts is not None else ""))

@@ -78,7 +78,8 @@ class TrainDrafterConfig:
     progress: bool = True  # show a tqdm progress bar
 
     def __post_init__(self):
-        object.__setattr__(self, "data", (self.data,) if isinstance(self.data, (str, os.PathLike)) else tuple(self.data))
+        files = [self.data] if isinstance(self.data, (str, os.PathLike)) else self.data
+        object.__setattr__(self, "data", tuple(map(os.fspath, files)))
         if not self.data:
             raise ValueError("data must name at least one JSONL file")
         if self.target_layer_ids is not None:
@@ -297,6 +298,11 @@ def train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None = None)
         return _train_drafter(cfg, model, out)
 
 
+def _changed(saved: dict, now: dict) -> list[str]:
+    """The settings a saved state holds otherwise than `now` (or only one of them holds)."""
+    return sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k))
+
+
 def _init_weights(run: Path, drafter_config: dict) -> dict[str, torch.Tensor]:
     """The trained weights of another run (its state.pt), for a drafter of the same settings: a
     warm start, e.g. on more data, whose file hash a resumed run would refuse."""
@@ -304,8 +310,8 @@ def _init_weights(run: Path, drafter_config: dict) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise ValueError(f"init_from: no training state at {path}; name a train-drafter run folder")
     state = torch.load(path, weights_only=True)
-    if state["drafter_config"] != drafter_config:
-        changed = sorted(k for k in drafter_config if state["drafter_config"].get(k) != drafter_config[k])
+    changed = _changed(state["drafter_config"], drafter_config)
+    if changed:
         raise ValueError(f"init_from: {path} trained a drafter with other settings ({', '.join(changed)} differ); "
                          "use the same kind, base and drafter options")
     return state["drafter"]
@@ -342,10 +348,10 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
     state_path = out / STATE_FILE
     if state_path.exists():
         state = torch.load(state_path, weights_only=True)
-        changed = sorted(k for k in run_config if state["config"].get(k) != run_config[k])
-        if changed or state["drafter_config"] != asdict(trainee.spec):
+        changed = _changed(state["config"], run_config) + _changed(state["drafter_config"], asdict(trainee.spec))
+        if changed:
             raise ValueError(
-                f"{out} holds a run with other settings ({', '.join(changed) or 'data or target'} differ); "
+                f"{out} holds a run with other settings ({', '.join(changed)} differ); "
                 "resume with the same settings or choose a new out folder"
             )
         trainee.module.load_state_dict(state["drafter"], strict=False)

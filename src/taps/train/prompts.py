@@ -191,16 +191,25 @@ class TrainingPrompt:
     text: str
 
 
+def check_mix(mix: dict[str, float]) -> dict[str, float]:
+    """A copy of `mix` once its sources are known, its weights >= 0 and one of them above 0."""
+    for name, weight in mix.items():
+        if name not in SOURCES:
+            raise ValueError(f"unknown prompt source {name!r}: use {', '.join(SOURCES)}")
+        if not weight >= 0:  # NaN fails too
+            raise ValueError(f"{name}={weight}: a weight must be >= 0")
+    if not any(w > 0 for w in mix.values()):
+        raise ValueError("the mix gives no source a weight above 0")
+    return dict(mix)
+
+
 def training_prompt_records(n: int, seed: int = 0, mix: dict[str, float] | None = None) -> list[TrainingPrompt]:
     """The first n prompts of the seeded mix, with their sources (see the module docstring).
 
     Each position draws a source by the mix weights (a source that runs out leaves the draw);
     each source yields its prompts in its own seeded order; exact duplicates are dropped. So the
     list is a prefix of the list for any larger n."""
-    mix = dict(DEFAULT_MIX if mix is None else mix)
-    unknown = set(mix) - set(SOURCES)
-    if unknown or any(w < 0 for w in mix.values()) or not any(w > 0 for w in mix.values()):
-        raise ValueError(f"mix must give non-negative weights to some of {SOURCES}, got {mix}")
+    mix = check_mix(DEFAULT_MIX if mix is None else mix)
     if n < 0 or seed < 0:
         raise ValueError(f"n and seed must be >= 0, got n={n}, seed={seed}")
     streams = {name: STREAMS[name](seed) for name, w in mix.items() if w > 0}
