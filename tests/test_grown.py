@@ -17,6 +17,7 @@ from taps.drafters.grown import (
     block_logits,
     read_grown,
     save_grown,
+    set_draft_vocabulary,
 )
 from taps.drafters.loading import SHIPPED
 from taps.methods import every_method
@@ -70,9 +71,11 @@ def test_block_layout_mask_matches_brute_force():
     assert lay.rows[:, 1].tolist() == anchors.tolist()
 
 
-def test_one_pass_training_forward_equals_inference(target, sequences):
+@pytest.mark.parametrize("vocab", [None, torch.arange(3, 96, 2)])
+def test_one_pass_training_forward_equals_inference(target, sequences, vocab):
     """Block i of the training forward gives exactly the marginals the drafter produces at
-    inference with the root at anchor i (and its cache built over earlier rounds)."""
+    inference with the root at anchor i (and its cache built over earlier rounds); with a draft
+    vocabulary, the softmax over its ids and 0 elsewhere."""
     base = tiny_model("qwen2", seed=1)
     cfg = GrownConfig("base", MASK, block_size=6)
     peft_model = add_adapters(base, cfg)
@@ -84,9 +87,12 @@ def test_one_pass_training_forward_equals_inference(target, sequences):
     anchors = torch.tensor([0, 3, 9, 20, len(ids) - 2])
     lm = peft_model.get_base_model()
     with torch.no_grad():
-        probs = torch.softmax(block_logits(lm.model, lm.lm_head, block_layout(torch.tensor(ids), anchors, 6, MASK)), -1)
+        logits = block_logits(lm.model, lm.lm_head, block_layout(torch.tensor(ids), anchors, 6, MASK))  # [N, 6, 96]
+    probs = torch.zeros_like(logits)
+    kept = slice(None) if vocab is None else vocab
+    probs[..., kept] = torch.softmax(logits[..., kept], -1)
     merged = peft_model.merge_and_unload()
-    drafter = GrownDrafter(merged, cfg, Target(target))
+    drafter = GrownDrafter(merged, cfg, Target(target), vocab=vocab)
     drafter.start(ids[:1])
     for i, a in enumerate(anchors.tolist()):
         q = drafter.draft(ids[: a + 1], None)  # the cache grows round by round, as in decoding
@@ -144,7 +150,9 @@ def test_config_errors(tmp_path):
     with pytest.raises(ValueError, match="needs base"):
         TrainDrafterConfig(target="t", data="d", out="o", mask_token_id=1, kind="grown")
     with pytest.raises(ValueError, match='kind "dflash" only'):
-        TrainDrafterConfig(target="t", data="d", out="o", mask_token_id=1, kind="grown", base="b", draft_vocab_size=8)
+        TrainDrafterConfig(target="t", data="d", out="o", mask_token_id=1, kind="grown", base="b", init_layers="last")
+    with pytest.raises(ValueError, match="draft_vocab_size must be >= 1"):
+        GrownConfig("b", 1, draft_vocab_size=0)
     with pytest.raises(ValueError, match="kind must be"):
         TrainDrafterConfig(target="t", data="d", out="o", mask_token_id=1, kind="lora")
     with pytest.raises(ValueError, match="block_size"):
@@ -276,3 +284,48 @@ def test_a_grown_drafter_on_fewer_base_layers_trains_saves_and_decodes_losslessl
                           max_new_tokens=20, pad_token_id=0)[0, 4:].tolist()
     res = generate(tgt, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=20, stop_ids=()), drafter)
     assert res.token_ids == ref
+
+
+def test_a_grown_drafter_with_a_draft_vocabulary_trains_saves_and_decodes_losslessly(tmp_path, folders, sequences, target):
+    """--draft-vocab-size: the training data's most frequent ids, kept in the folder; the loaded
+    drafter's head has that many rows, other ids get probability 0, and decoding stays exact
+    (also int8, and with a vocabulary that misses tokens the target emits)."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"ids": s}) + "\n" for s in sequences))
+    result = train_drafter(config(tmp_path, folders, data, draft_vocab_size=24))
+    cfg, _ = read_grown(result.drafter_dir)
+    assert cfg.draft_vocab_size == 24 and (result.drafter_dir / "draft_vocab.safetensors").is_file()
+    tgt = Target(target)
+    drafter = load_drafter(str(result.drafter_dir), tgt)
+    assert drafter.model.get_output_embeddings().weight.shape == (24, 64)
+    prompt = [5, 17, 33, 2]
+    q = drafter.draft(prompt, None)  # [L, vocab]
+    assert q.shape == (5, 96) and int((q[0] > 0).sum()) == 24
+    torch.testing.assert_close(q.sum(-1), torch.ones(5))
+    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+                          max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    assert not set(ref) <= set(torch.nonzero(q[0]).flatten().tolist())  # some answer tokens cannot be drafted
+    for quant in ("none", "int8"):
+        d = load_drafter(str(result.drafter_dir), tgt, quantize=quant)
+        for method in ("chain", "ddtree", "taps"):
+            res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), d)
+            assert res.token_ids == ref, (quant, method)
+
+
+def test_a_draft_vocabulary_given_afterwards_renormalises_the_drafters_marginals(tmp_path, folders, target):
+    base = tiny_model("qwen2", seed=1)
+    cfg = GrownConfig(str(folders / "base"), MASK, block_size=4)
+    save_grown(add_adapters(base, cfg), cfg, tmp_path / "d", TargetInfo("t", 96, 64, 3))
+    tgt = Target(target)
+    full = load_drafter(str(tmp_path / "d"), tgt).draft([5, 17, 33], None)  # [3, vocab]
+    vocab = [1, 5, 9, 40, 41, 42, 90]
+    set_draft_vocabulary(tmp_path / "d", vocab)
+    restricted = load_drafter(str(tmp_path / "d"), tgt).draft([5, 17, 33], None)
+    want = torch.zeros_like(full)
+    want[:, vocab] = full[:, vocab] / full[:, vocab].sum(-1, keepdim=True)
+    torch.testing.assert_close(restricted, want, atol=1e-6, rtol=1e-4)
+    with pytest.raises(ValueError, match="token ids of the target's 96-token"):
+        set_draft_vocabulary(tmp_path / "d", [3, 96])
+    (tmp_path / "d" / "draft_vocab.safetensors").unlink()
+    with pytest.raises(ValueError, match="draft_vocab_size=7 disagrees"):
+        load_drafter(str(tmp_path / "d"), tgt)

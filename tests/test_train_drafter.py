@@ -11,7 +11,8 @@ from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.drafters.dflash import DFlashDrafter
 from taps.drafters.dflash_model import DFlashConfig, DFlashDrafterModel
-from taps.drafters.dflash_training import BlockObjective, build_block_mask, draft_vocabulary, target_pass
+from taps.drafters.dflash_training import BlockObjective, build_block_mask, target_pass
+from taps.drafters.objective import draft_vocabulary
 from taps.drafters.objective import slot_weights
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, load_sequences, sample_anchors, train_drafter

@@ -335,8 +335,7 @@ DFLASH = register(DrafterKind(
     files=f"{CONFIG_FILE} + {WEIGHTS_FILE} (the public DFlash layout)",
     load=_load,
     training=KindTraining(
-        options=("num_hidden_layers", "target_layer_ids", "draft_vocab_size", "soft_label_weight", "soft_label_top_k",
-                 "init_layers"),
+        options=("num_hidden_layers", "target_layer_ids", "soft_label_weight", "soft_label_top_k", "init_layers"),
         required={},
         runs=lambda cfg: cfg.target,  # the frozen target gives the features and the soft labels
         trainee=DFlashTrainee,

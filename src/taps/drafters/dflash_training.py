@@ -22,19 +22,12 @@ import torch.nn.functional as F
 
 from taps.drafters.base import TargetInfo
 from taps.drafters.dflash_model import DFlashConfig, DFlashDrafterModel
-from taps.drafters.objective import BlockLoss, slot_loss, slot_weights
+from taps.drafters.objective import BlockLoss, draft_index, draft_vocabulary, slot_loss, slot_weights
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from taps.train.drafter import TrainDrafterConfig
-
-
-def draft_vocabulary(sequences: Sequence[Sequence[int]], size: int, vocab_size: int) -> tuple[int, ...]:
-    """The `size` most frequent tokens (ties: lower id first), sorted by id."""
-    counts = torch.bincount(torch.tensor([t for s in sequences for t in s]), minlength=vocab_size)  # [vocab]
-    order = torch.argsort(-counts, stable=True)  # [vocab] most frequent first; stable keeps ties by id
-    return tuple(sorted(order[:size].tolist()))
 
 
 def build_block_mask(anchors: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
@@ -87,8 +80,7 @@ class BlockObjective:
         self.to_draft = None  # [vocab] draft-vocabulary index of each token id, -1 when absent
         if cfg.draft_vocab_ids is not None:
             self.vocab = torch.tensor(cfg.draft_vocab_ids)
-            self.to_draft = torch.full((cfg.vocab_size,), -1, dtype=torch.long)
-            self.to_draft[self.vocab] = torch.arange(len(self.vocab))
+            self.to_draft = draft_index(self.vocab, cfg.vocab_size)
             weight, bias = weight[self.vocab], None if bias is None else bias[self.vocab]
         self.head_weight, self.head_bias = weight, bias  # [V_draft, H]
         self.weights = slot_weights(cfg.block_size, gamma)  # [block]

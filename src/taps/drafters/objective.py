@@ -8,6 +8,7 @@ blocks' logits (their own layouts, in their modules), never in this loss.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,22 @@ class BlockLoss:
     loss: torch.Tensor  # scalar, differentiable
     correct: torch.Tensor  # [N, block] bool: argmax == label (slot 0 and slots past the end: False)
     valid: torch.Tensor  # [N, block] bool: slots with a label (k >= 1, anchor + k inside the sequence)
+
+
+def draft_vocabulary(sequences: Sequence[Sequence[int]], size: int, vocab_size: int) -> tuple[int, ...]:
+    """The `size` most frequent tokens of the training sequences (ties: lower id first), sorted by id:
+    the only ids a drafter with a draft vocabulary scores (a smaller head, a cheaper draft)."""
+    counts = torch.bincount(torch.tensor([t for s in sequences for t in s]), minlength=vocab_size)  # [vocab]
+    order = torch.argsort(-counts, stable=True)  # [vocab] most frequent first; stable keeps ties by id
+    return tuple(sorted(order[:size].tolist()))
+
+
+def draft_index(vocab: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[vocab_size]: each token id's index in the draft vocabulary `vocab` [V_draft], -1 when absent
+    (`slot_loss`'s `to_draft`)."""
+    index = torch.full((vocab_size,), -1, dtype=torch.long)
+    index[vocab] = torch.arange(len(vocab))
+    return index
 
 
 def slot_weights(block_size: int, gamma: float) -> torch.Tensor:

@@ -54,7 +54,7 @@ class TrainDrafterConfig:
     num_hidden_layers: int = 1  # kind "dflash": drafter transformer layers (published: 5; 1-3 fit a CPU)
     block_size: int = 16  # root + drafted slots per block (published: 16)
     target_layer_ids: tuple[int, ...] | None = None  # kind "dflash": target layers read; None: one per drafter layer, spread from 1 to L-3
-    draft_vocab_size: int | None = None  # kind "dflash": score only the N most frequent tokens of the training data; None: all
+    draft_vocab_size: int | None = None  # score only the N most frequent tokens of the training data (any kind); None: all
     anchors_per_sequence: int = 64  # blocks per sequence per step (published: up to 512); fewer if the sequence is short
     anchor_region: str = "answer"  # "answer": blocks start in a record's answer (after its n_prompt tokens), as at inference; "all": anywhere
     max_seq_len: int = 1024  # longer sequences are cut to their first max_seq_len tokens

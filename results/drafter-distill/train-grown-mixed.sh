@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 22: the grown drafter (qwen2.5-coder-0.5b + LoRA rank 16, all 24 layers, block 8; the
+# shipped drafter's recipe) trained from the 0.5B on both self-distilled files at once: the 1.5B's
+# greedy bfloat16 answers to 2,048 code/math/stdlib prompts (422K tokens) and to 1,024 chat prompts
+# (244K tokens, taps.train.chat). One epoch's schedule over both (about 2,300 steps, 3.7 s a step on
+# the 2-core EPYC: about 2.4 hours), held-out curves every 50 steps, bfloat16 autocast.
+# The run folder lives under the taps home, not in the checkout: a checkout can be replaced between
+# sessions (session 18's runs/ was lost that way), the taps home stays. Resumable: rerun the same
+# command to continue from its state.pt (saved every 25 steps).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+D=data/drafters/qwen2.5-coder-1.5b
+RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-grown-mixed
+.venv/bin/taps train-drafter --target qwen2.5-coder-1.5b --kind grown --base qwen2.5-coder-0.5b \
+    --data $D/distill-vllm-bf16.jsonl $D/distill-vllm-chat-bf16.jsonl --out "$RUN" \
+    --mask-token-id 151662 --block-size 8 --lora-rank 16 --anchors-per-sequence 24 --max-seq-len 512 \
+    --epochs 1 --lr 5e-4 --eval-sequences 16 --eval-every 50 --save-every 25 --scorer-prompts 0 \
+    --dtype bfloat16 --no-progress "$@"
+cp "$RUN/log.jsonl" results/drafter-distill/grown-mixed-train_log.jsonl
