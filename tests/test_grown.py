@@ -286,7 +286,8 @@ def test_a_grown_drafter_on_fewer_base_layers_trains_saves_and_decodes_losslessl
     assert res.token_ids == ref
 
 
-def test_a_grown_drafter_with_a_draft_vocabulary_trains_saves_and_decodes_losslessly(tmp_path, folders, sequences, target):
+def test_a_grown_drafter_with_a_draft_vocabulary_trains_saves_and_decodes_losslessly(tmp_path, folders, sequences,
+                                                                                    target):
     """--draft-vocab-size: the training data's most frequent ids, kept in the folder; the loaded
     drafter's head has that many rows, other ids get probability 0, and decoding stays exact
     (also int8, and with a vocabulary that misses tokens the target emits)."""

@@ -178,7 +178,8 @@ def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: Ta
     """Adapters (peft's adapter_config.json + adapter_model.safetensors), grown.json and, with a
     draft vocabulary (`vocab`, cfg.draft_vocab_size ids), its ids."""
     if (vocab is None) != (cfg.draft_vocab_size is None):
-        raise ValueError(f"draft_vocab_size={cfg.draft_vocab_size} needs a draft vocabulary of that many ids, and only then")
+        raise ValueError(f"draft_vocab_size={cfg.draft_vocab_size} needs a draft vocabulary of that many ids, "
+                         "and only then")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / VOCAB_FILE).unlink(missing_ok=True)  # a folder saved over keeps no earlier vocabulary
@@ -220,7 +221,8 @@ def read_draft_vocabulary(folder: str | os.PathLike, cfg: GrownConfig) -> torch.
     ids = load_file(str(path))[DRAFT_VOCAB_KEY] if path.is_file() else None
     if (ids is None) != (cfg.draft_vocab_size is None) or (ids is not None and ids.numel() != cfg.draft_vocab_size):
         raise ValueError(f"{folder}: grown.json's draft_vocab_size={cfg.draft_vocab_size} disagrees with "
-                         f"{VOCAB_FILE} ({'absent' if ids is None else f'{ids.numel()} ids'}); copy or train the drafter again")
+                         f"{VOCAB_FILE} ({'absent' if ids is None else f'{ids.numel()} ids'}); "
+                         "copy or train the drafter again")
     return ids
 
 
@@ -397,7 +399,9 @@ class GrownTrainee:
         rows = base_model.get_output_embeddings().weight.shape[0]
         if rows > info.vocab_size:
             raise ValueError(f"base {cfg.base} predicts {rows} tokens, more than target {cfg.target}'s {info.vocab_size}")
-        self.vocab = None if cfg.draft_vocab_size is None else torch.tensor(draft_vocabulary(train, min(cfg.draft_vocab_size, rows), rows))
+        self.vocab = None  # [V_draft] token id of each draft-vocabulary index
+        if cfg.draft_vocab_size is not None:
+            self.vocab = torch.tensor(draft_vocabulary(train, min(cfg.draft_vocab_size, rows), rows))
         self.to_draft = None if self.vocab is None else draft_index(self.vocab, rows)  # [rows]
         self.spec = GrownConfig(cfg.base, cfg.mask_token_id, cfg.block_size, cfg.lora_rank, 2 * cfg.lora_rank,
                                 cfg.base_layers, None if self.vocab is None else len(self.vocab))
@@ -434,7 +438,8 @@ def _load(folder: Path, target: Target, quantize: str) -> GrownDrafter:
 
 
 def _save(trainee: GrownTrainee, folder: Path) -> None:
-    save_grown(trainee.module, trainee.spec, folder, trainee.info, None if trainee.vocab is None else trainee.vocab.tolist())
+    vocab = None if trainee.vocab is None else trainee.vocab.tolist()
+    save_grown(trainee.module, trainee.spec, folder, trainee.info, vocab)
 
 
 GROWN = register(DrafterKind(
