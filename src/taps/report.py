@@ -369,6 +369,10 @@ LLAMA_CPP_COLUMNS = (
     ("prompts", "prompts", "d"),
     ("tokens_per_second", "tokens/s", ".2f"),
     ("ar_tokens_per_second", "taps ar tokens/s", ".2f"),
+    ("fastest", "taps' fastest", "s"),
+    ("fastest_vs_peer", "its tokens/s / this", ".2f"),
+    ("ci_low", "95% CI low", ".2f"),
+    ("ci_high", "95% CI high", ".2f"),
 )
 
 
@@ -377,9 +381,24 @@ def llama_cpp_section(records: list[dict]) -> list[str]:
     beside taps' ar on the same set and temperature, and no ratio: they decode the GGUF's own 4-bit
     model, so their speed is not a lossless speedup of the target. None without such records."""
     summary = summarize(records)
+    runs: dict[tuple, list[dict]] = {}  # (dataset label, T, method, budget) -> records
+    for r in records:
+        runs.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), []).append(r)
     ar = {(x["dataset"], x["temperature"]): x["tokens_per_second"] for x in summary if x["method"] == "ar"}
-    rows = [{**x, "ar_tokens_per_second": ar.get((x["dataset"], x["temperature"]))}
-            for x in summary if x["method"] in LLAMA_CPP_PEERS]
+    rows = []
+    for x in (x for x in summary if x["method"] in LLAMA_CPP_PEERS):
+        group = (x["dataset"], x["temperature"])
+        own = [y for y in summary if (y["dataset"], y["temperature"]) == group and y["method"] != "ar"
+               and y["tau"] is not None and y["speedup_vs_ar"] is not None]  # peers expose no tau
+        row = {**x, "ar_tokens_per_second": ar.get(group), "fastest": None, "fastest_vs_peer": None,
+               "ci_low": None, "ci_high": None}
+        if own:  # taps' fastest method on this set, paired prompt by prompt with the peer's runs
+            best = max(own, key=lambda y: y["speedup_vs_ar"])
+            pairs = paired(runs[(*group, best["method"], best["budget"])], runs[(*group, x["method"], None)])
+            low, high = ratio_interval(pairs)
+            row.update(fastest=_label(best["method"], best["budget"]), fastest_vs_peer=median_speed_ratio(pairs),
+                       ci_low=low, ci_high=high)
+        rows.append(row)
     if not rows:
         return []
     return [
@@ -391,6 +410,9 @@ def llama_cpp_section(records: list[dict]) -> list[str]:
         "decodes, so its outputs are not taps' and its speed is no lossless speedup: median tokens/s over "
         "prompts, with taps' plain decoding (ar) of the target on the same prompts for scale. llama-cpp-lookup "
         "drafts by its prompt lookup, llama-cpp-draft with the --assistant's GGUF file.",
+        "- taps' fastest: its method with the best median speedup over ar on that set; its tokens/s / this: the "
+        "median over prompts of its tokens/s over the peer's on the same prompt, with the 95% bootstrap interval "
+        "(prompts resampled in pairs): what a user choosing between the two on this CPU gets.",
         "",
     ]
 
