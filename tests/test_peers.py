@@ -32,6 +32,11 @@ def test_llama_cpp_decodes_the_packaged_gguf(tmp_path):
     assert 0 < len(answer) <= 16 and records["llama-cpp"]["total_seconds"] > 0
     # its own 4-bit model, not taps' dequantized float32 one: close, not necessarily equal
     assert answer[0] == records["ar"]["token_ids"][0][0]
+    # the record names the llama.cpp build: its version and the CPU features it was compiled with
+    import llama_cpp
+
+    build = records["llama-cpp"]["env"]["llama_cpp"]
+    assert build.startswith(f"{llama_cpp.__version__} (") and build.endswith(")") and len(build.split()) > 1, build
 
 
 @pytest.mark.slow

@@ -362,7 +362,18 @@ def environment(cfg: BenchConfig) -> dict:
         "scorer": portable_name(cfg.scorer_dir),
         "seed": cfg.seed,
         "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
+        **({"llama_cpp": llama_cpp_build()} if any(parse_entry(m)[0] in LLAMA_CPP_PEERS for m in cfg.methods) else {}),
     }
+
+
+def llama_cpp_build() -> str:
+    """llama-cpp-python's version and the CPU features its llama.cpp was compiled with (a native
+    build and a portable one differ by tens of percent on one CPU, so a record names its build)."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode()  # "CPU : SSE3 = 1 | AVX2 = 1 | ... |"
+    features = [part.split("=")[0].strip() for part in info.replace("CPU :", "").split("|") if part.strip().endswith("= 1")]
+    return f"{llama_cpp.__version__} ({' '.join(features)})"
 
 
 # BenchConfig fields that only choose which records to run: free to change between runs of a
