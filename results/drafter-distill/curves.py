@@ -12,7 +12,11 @@ from taps.report_plots import plot_learning_curves
 from taps.train.drafter import tau_gain_per_doubling
 
 HERE = Path(__file__).parent
-LOGS = {"grown on own answers: Qwen2.5-Coder-0.5B + LoRA, 24 layers": HERE / "grown-train_log.jsonl"}
+LOGS = {
+    "grown on own answers: Qwen2.5-Coder-0.5B + LoRA, 24 layers": HERE / "grown-train_log.jsonl",
+    "grown on code + chat answers: 24 layers": HERE / "grown-mixed-train_log.jsonl",
+    "grown on code + chat answers: 12 of 24 layers, 16,384-id head": HERE / "grown-mixed-l12-train_log.jsonl",
+}
 
 
 def tokens_per_step(log: list[dict]) -> float:
