@@ -15,6 +15,7 @@ from taps.drafters.grown import (
     add_adapters,
     block_layout,
     block_logits,
+    masks_only,
     read_grown,
     save_grown,
     set_draft_vocabulary,
@@ -330,3 +331,45 @@ def test_a_draft_vocabulary_given_afterwards_renormalises_the_drafters_marginals
     (tmp_path / "d" / "draft_vocab.safetensors").unlink()
     with pytest.raises(ValueError, match="draft_vocab_size=7 disagrees"):
         load_drafter(str(tmp_path / "d"), tgt)
+
+
+def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_losslessly(tmp_path, folders, sequences,
+                                                                                    target):
+    """adapt="masks": the adapters act on the mask rows only, so the root's row is the base's own
+    next-token distribution (not so for adapters on every token: the control); the training
+    forward equals inference; the folder loads unmerged and decodes exactly, also in int8."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"ids": s}) + "\n" for s in sequences))
+    ids = sequences[0][:12]
+    base = tiny_model("qwen2", seed=1)
+    with torch.no_grad():
+        want_root = torch.softmax(base(torch.tensor([ids])).logits[0, -1], -1)
+    tgt = Target(target)
+    for adapt in ("masks", "all"):
+        result = train_drafter(config(tmp_path, folders, data, adapt=adapt, out=str(tmp_path / adapt)))
+        assert read_grown(result.drafter_dir)[0].adapt == adapt
+        drafter = load_drafter(str(result.drafter_dir), tgt)
+        q = drafter.draft(ids, None)  # [L, vocab]
+        same_root = torch.allclose(q[0], want_root, atol=1e-5)
+        assert same_root == (adapt == "masks"), adapt
+    assert not torch.allclose(q[1], drafter.draft(ids, None)[1] * 0)  # the masks' rows are not empty
+    masked = load_drafter(str(tmp_path / "masks" / "drafter"), tgt)
+    assert type(masked.model).__name__.startswith("Peft")  # unmerged: activated adapters skip the context
+    # the training forward's blocks equal the drafter's rounds
+    cfg = read_grown(tmp_path / "masks" / "drafter")[0]
+    anchors = torch.tensor([2, 7, len(ids) - 2])
+    layout = block_layout(torch.tensor(ids), anchors, cfg.block_size, MASK)
+    peft_model = masked.model
+    with torch.no_grad(), masks_only(peft_model, cfg, len(layout.input_ids) - len(ids)):
+        lm = peft_model.get_base_model()
+        probs = torch.softmax(block_logits(lm.model, lm.lm_head, layout), -1)
+    for i, a in enumerate(anchors.tolist()):
+        torch.testing.assert_close(masked.draft(ids[: a + 1], None), probs[i, 1:], atol=2e-5, rtol=1e-4)
+    prompt = [5, 17, 33, 2]
+    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+                          max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    for quant in ("none", "int8"):
+        d = load_drafter(str(tmp_path / "masks" / "drafter"), tgt, quantize=quant)
+        for method in ("chain", "ddtree", "taps+rollout"):
+            res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), d)
+            assert res.token_ids == ref, (quant, method)

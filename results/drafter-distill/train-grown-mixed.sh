@@ -7,7 +7,9 @@
 # The run folder lives under the taps home, not in the checkout: a checkout can be replaced between
 # sessions (session 18's runs/ was lost that way), the taps home stays. Resumable: rerun the same
 # command to continue from its state.pt (saved every 25 steps).
-#     results/drafter-distill/train-grown-mixed.sh [l12]
+#     results/drafter-distill/train-grown-mixed.sh [l12|masks]
+# masks: the adapters act on the mask rows only (peft's activated LoRA, --adapt masks), so the
+# root's row and the context's cache stay the 0.5B's (README: slot 1 fell in the runs without it).
 # l12: the cheaper draft (docs/method.md 2.3): 12 of the 0.5B's 24 layers and a head of the data's
 # 16,384 most frequent ids; int8, 256 tokens of context: 18.1 ms a draft against 34.6 ms for the
 # whole 0.5B (2-core EPYC, same run), 0.30 of a w8a8 1.5B token instead of 0.57.
@@ -18,7 +20,8 @@ VARIANT=${1:-}
 case "$VARIANT" in
     "") EXTRA=() ;;
     l12) EXTRA=(--base-layers 12 --draft-vocab-size 16384) ;;
-    *) echo "train-grown-mixed.sh: unknown variant '$VARIANT' (give none or l12)" >&2; exit 2 ;;
+    masks) EXTRA=(--adapt masks) ;;
+    *) echo "train-grown-mixed.sh: unknown variant '$VARIANT' (give none, l12 or masks)" >&2; exit 2 ;;
 esac
 RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-grown-mixed${VARIANT:+-$VARIANT}
 .venv/bin/taps train-drafter --target qwen2.5-coder-1.5b --kind grown --base qwen2.5-coder-0.5b \

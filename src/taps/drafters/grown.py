@@ -35,6 +35,7 @@ only the base runs, and only its adapters and mask row train.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -61,6 +62,12 @@ if TYPE_CHECKING:
 GROWN_FILE = "grown.json"  # marks a grown drafter's folder; the adapters are peft's files beside it
 VOCAB_FILE = "draft_vocab.safetensors"  # the draft vocabulary's ids (DRAFT_VOCAB_KEY), when it has one
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# "all": the adapters act on every token and are merged into the base on load (one plain forward).
+# "masks": peft's activated LoRA, from the first mask token on: the root's row and the context's
+# cache stay exactly the base's (in the "all" runs of results/drafter-distill the root's next-token
+# accuracy fell below the base's as the masks learned); unmerged, so a draft adds rank-r products
+# on its mask rows.
+ADAPT = ("all", "masks")
 
 
 @dataclass(frozen=True)
@@ -72,8 +79,11 @@ class GrownConfig:
     lora_alpha: int = 32  # adapter scale numerator (scale = alpha / rank)
     base_layers: int | None = None  # decoder layers of the base kept (`keep_layers`); None: all
     draft_vocab_size: int | None = None  # head rows kept: the ids in VOCAB_FILE; None: the whole head
+    adapt: str = "all"  # ADAPT: the tokens the adapters act on
 
     def __post_init__(self):
+        if self.adapt not in ADAPT:
+            raise ValueError(f"adapt must be one of {', '.join(ADAPT)}, got {self.adapt!r}")
         for name in ("base_layers", "draft_vocab_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (or None: all), got {getattr(self, name)}")
@@ -120,8 +130,18 @@ def add_adapters(model: PreTrainedModel, cfg: GrownConfig):
 
     check_mask_token(cfg, model)
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=list(LORA_MODULES),
-                      trainable_token_indices={"embed_tokens": [cfg.mask_token_id]})
+                      trainable_token_indices={"embed_tokens": [cfg.mask_token_id]},
+                      alora_invocation_tokens=[cfg.mask_token_id] if cfg.adapt == "masks" else None)
     return get_peft_model(model, lora)
+
+
+def masks_only(peft_model, cfg: GrownConfig, masks: int):
+    """A context in which the activated adapters ("masks") act on the last `masks` tokens of a
+    forward that calls the adapted modules directly (peft's own hook, as its model's forward
+    sets it); nothing for adapters that act on every token."""
+    if cfg.adapt != "masks":
+        return contextlib.nullcontext()
+    return peft_model.base_model._enable_peft_forward_hooks(alora_offsets=[masks])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +322,7 @@ class GrownDrafter:
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=self.block_len,  # the root's row and the masks'
+            **self._adapted(n_masks),
         ).logits[0].float()  # [L, rows]
         if n_masks:
             self.cache.crop(-n_masks)  # a negative crop drops that many tokens: the masks are not context
@@ -334,11 +355,16 @@ class GrownDrafter:
                 position_ids=torch.tensor([[pos]]),
                 past_key_values=self.cache,
                 use_cache=True,
+                **self._adapted(0),  # a path token is context: the base's own row
             ).logits[0].float()  # [1, rows]
             rows.append(self._probs(logits)[0])
         if path:
             self.cache.crop(-len(path))
         return torch.cat([torch.stack(rows), marginals[len(rows):]])  # [max(L, 1 + len(path)), vocab]
+
+    def _adapted(self, masks: int) -> dict:
+        """The forward's keyword for activated adapters: they act on its last `masks` tokens."""
+        return {"alora_offsets": [masks]} if self.cfg.adapt == "masks" else {}
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         """[n, rows] logits -> [n, vocab] probabilities; ids without a head row get 0."""
@@ -384,8 +410,10 @@ def load_grown(folder: str | os.PathLike, target: Target, dtype: torch.dtype | N
     _check_trained_for(info, target, str(folder))
     vocab = read_draft_vocabulary(folder, cfg)
     base, _ = load_model(cfg.base, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(keep_layers(base, cfg.base_layers), str(folder)).merge_and_unload()
-    return GrownDrafter(merged, cfg, target, str(folder), dtype, vocab)
+    model = PeftModel.from_pretrained(keep_layers(base, cfg.base_layers), str(folder))
+    if cfg.adapt == "all":
+        model = model.merge_and_unload()  # activated adapters cannot be merged: they skip the context
+    return GrownDrafter(model, cfg, target, str(folder), dtype, vocab)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,7 +436,7 @@ class GrownTrainee:
             self.vocab = torch.tensor(draft_vocabulary(train, min(cfg.draft_vocab_size, rows), rows))
         self.to_draft = None if self.vocab is None else draft_index(self.vocab, rows)  # [rows]
         self.spec = GrownConfig(cfg.base, cfg.mask_token_id, cfg.block_size, cfg.lora_rank, 2 * cfg.lora_rank,
-                                cfg.base_layers, None if self.vocab is None else len(self.vocab))
+                                cfg.base_layers, None if self.vocab is None else len(self.vocab), cfg.adapt)
         torch.manual_seed(cfg.seed)
         self.module = add_adapters(keep_layers(base_model, cfg.base_layers), self.spec).train()
         causal_lm = self.module.get_base_model()
@@ -418,9 +446,9 @@ class GrownTrainee:
 
     def block_loss(self, ids: Sequence[int], anchors: torch.Tensor, autocast) -> BlockLoss:
         ids_t = torch.tensor(list(ids))
-        with autocast:
-            logits = block_logits(self.decoder, self.head, block_layout(ids_t, anchors, self.spec.block_size,
-                                                                        self.spec.mask_token_id))  # [N, block, rows]
+        layout = block_layout(ids_t, anchors, self.spec.block_size, self.spec.mask_token_id)
+        with autocast, masks_only(self.module, self.spec, len(layout.input_ids) - len(ids_t)):  # masks are last
+            logits = block_logits(self.decoder, self.head, layout)  # [N, block, rows]
         if self.vocab is not None:
             logits = logits[..., self.vocab]  # [N, block, V_draft]
         return slot_loss(logits, ids_t, anchors, self.weights, self.vocab, self.to_draft)[0]
@@ -453,7 +481,7 @@ GROWN = register(DrafterKind(
     files=f"{GROWN_FILE} + peft's adapter_config.json and adapter_model.safetensors",
     load=_load,
     training=KindTraining(
-        options=("base", "lora_rank", "base_layers"),  # and draft_vocab_size, which every kind reads
+        options=("base", "lora_rank", "base_layers", "adapt"),  # and draft_vocab_size, which every kind reads
         required={"base": "the pretrained model to grow (e.g. qwen2.5-coder-0.5b)"},
         runs=lambda cfg: cfg.base,  # only the base runs: a grown drafter reads no target
         trainee=GrownTrainee,

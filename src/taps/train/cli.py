@@ -74,6 +74,8 @@ TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every 
     "lora_rank": "with --kind grown: rank of the LoRA adapters (alpha = 2 * rank)",
     "base_layers": "with --kind grown: keep N of the base's decoder layers, spread evenly from first to last, and "
                    "train the adapters over them (cheaper drafts; default: all)",
+    "adapt": "with --kind grown: the tokens the adapters act on: all (merged on load: one plain forward) or masks "
+             "(peft's activated LoRA from the first mask on: the root's row and the context stay the base's)",
     "init_layers": "with --kind dflash: random (published), or start the drafter layers from the target's own last "
                    "or first layers",
     "num_hidden_layers": "drafter transformer layers (published: 5; 1-3 fit a CPU)",
@@ -232,7 +234,7 @@ def _add_gen_data(sub) -> None:
 
 def _add_train_drafter(sub) -> None:
     from taps.assets import DTYPES
-    from taps.train.drafter import ANCHOR_REGIONS, INIT_LAYERS, KINDS, TrainDrafterConfig
+    from taps.train.drafter import ADAPT, ANCHOR_REGIONS, INIT_LAYERS, KINDS, TrainDrafterConfig
 
     t = sub.add_parser("train-drafter", help="train (or resume) a block drafter for a target: its own answers as "
                                              "data, the drafter, its edge scorer; rerun to resume")
@@ -263,7 +265,7 @@ def _add_train_drafter(sub) -> None:
                 "tuple[int, ...] | None": csv_of(int), "str | None": str}[str(f.type)]
         extra = {"dtype": {"choices": list(DTYPES)}, "kind": {"choices": list(KINDS)},
                  "anchor_region": {"choices": list(ANCHOR_REGIONS)},
-                 "init_layers": {"choices": list(INIT_LAYERS)}}.get(f.name, {})
+                 "init_layers": {"choices": list(INIT_LAYERS)}, "adapt": {"choices": list(ADAPT)}}.get(f.name, {})
         text = TRAIN_HELP[f.name] if "default" in TRAIN_HELP[f.name] else f"{TRAIN_HELP[f.name]}; default {f.default}"
         if f.name == "kind":  # each registered kind says what it is
             text += "; " + "; ".join(f"{kind.name}: {kind.doc}" for kind in KINDS.values())

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from taps.assets import DTYPES
 from taps.drafters import KINDS
 from taps.drafters.base import Trainee
+from taps.drafters.grown import ADAPT
 from taps.files import output_folder
 from taps.records import is_header
 from taps.train.eta import say_estimate
@@ -50,6 +51,7 @@ class TrainDrafterConfig:
     base: str | None = None  # kind "grown": the pretrained model grown into a drafter (packaged name, folder or hub id)
     lora_rank: int = 16  # kind "grown": rank of the adapters (alpha = 2 * rank)
     base_layers: int | None = None  # kind "grown": keep N of the base's decoder layers, spread evenly (None: all)
+    adapt: str = "all"  # kind "grown": the tokens the adapters act on, "all" or "masks" (taps.drafters.grown.ADAPT)
     init_layers: str = "random"  # kind "dflash": "random" (published), or copy the target's "last" or "first" layers
     num_hidden_layers: int = 1  # kind "dflash": drafter transformer layers (published: 5; 1-3 fit a CPU)
     block_size: int = 16  # root + drafted slots per block (published: 16)
@@ -87,6 +89,8 @@ class TrainDrafterConfig:
         if not isinstance(self.mask_token_id, int) or self.mask_token_id < 0:
             raise ValueError(f"mask_token_id must be a token id of the target, got {self.mask_token_id!r}")
         self._check_kind_options()
+        if self.adapt not in ADAPT:
+            raise ValueError(f"adapt must be one of {', '.join(ADAPT)}, got {self.adapt!r}")
         if self.init_layers not in INIT_LAYERS:
             raise ValueError(f"init_layers must be one of {', '.join(INIT_LAYERS)}, got {self.init_layers!r}")
         if self.anchor_region not in ANCHOR_REGIONS:
