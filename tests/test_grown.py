@@ -354,12 +354,14 @@ def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_lossle
         assert same_root == (adapt == "masks"), adapt
     assert not torch.allclose(q[1], drafter.draft(ids, None)[1] * 0)  # the masks' rows are not empty
     masked = load_drafter(str(tmp_path / "masks" / "drafter"), tgt)
-    assert type(masked.model).__name__.startswith("Peft")  # unmerged: activated adapters skip the context
-    # the training forward's blocks equal the drafter's rounds
+    assert masked.model.mask_rows.n == 0  # unmerged (MaskRowAdapter): activated adapters skip the context
+    # the training forward (peft's activated LoRA on the folder's adapters) equals the drafter's rounds
+    from peft import PeftModel
+
     cfg = read_grown(tmp_path / "masks" / "drafter")[0]
+    peft_model = PeftModel.from_pretrained(tiny_model("qwen2", seed=1), str(tmp_path / "masks" / "drafter"))
     anchors = torch.tensor([2, 7, len(ids) - 2])
     layout = block_layout(torch.tensor(ids), anchors, cfg.block_size, MASK)
-    peft_model = masked.model
     with torch.no_grad(), masks_only(peft_model, cfg, len(layout.input_ids) - len(ids)):
         lm = peft_model.get_base_model()
         probs = torch.softmax(block_logits(lm.model, lm.lm_head, layout), -1)

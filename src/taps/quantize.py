@@ -69,11 +69,7 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
         warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        # by name, leaving peft's LoRA factors in float: its forward reads their weights' dtype, and an
-        # activated adapter (taps.drafters.grown, adapt "masks") stays unmerged beside its base layer
-        spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
-                if type(module) is nn.Linear and ".lora_" not in name}
-        return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
 
 
 def quantized_layers(model: nn.Module | None) -> int:

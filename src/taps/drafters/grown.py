@@ -316,13 +316,13 @@ class GrownDrafter:
         n_masks = self.block_len - 1
         tokens = torch.tensor([new + [self.cfg.mask_token_id] * n_masks])
         start = len(self.cached)
+        self._mask_rows(n_masks)
         logits = self.model(
             input_ids=tokens,
             position_ids=torch.arange(start, start + tokens.shape[1])[None],
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=self.block_len,  # the root's row and the masks'
-            **self._adapted(n_masks),
         ).logits[0].float()  # [L, rows]
         if n_masks:
             self.cache.crop(-n_masks)  # a negative crop drops that many tokens: the masks are not context
@@ -350,21 +350,22 @@ class GrownDrafter:
                 break
             path.append(token)
             pos = len(self.cached) + len(path) - 1
+            self._mask_rows(0)  # a path token is context: the base's own row
             logits = self.model(
                 input_ids=torch.tensor([[token]]),
                 position_ids=torch.tensor([[pos]]),
                 past_key_values=self.cache,
                 use_cache=True,
-                **self._adapted(0),  # a path token is context: the base's own row
             ).logits[0].float()  # [1, rows]
             rows.append(self._probs(logits)[0])
         if path:
             self.cache.crop(-len(path))
         return torch.cat([torch.stack(rows), marginals[len(rows):]])  # [max(L, 1 + len(path)), vocab]
 
-    def _adapted(self, masks: int) -> dict:
-        """The forward's keyword for activated adapters: they act on its last `masks` tokens."""
-        return {"alora_offsets": [masks]} if self.cfg.adapt == "masks" else {}
+    def _mask_rows(self, n: int) -> None:
+        """Activated adapters (`on_mask_rows`) act on the next forward's last `n` tokens."""
+        if self.cfg.adapt == "masks":
+            self.model.mask_rows.n = n
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         """[n, rows] logits -> [n, vocab] probabilities; ids without a head row get 0."""
@@ -411,9 +412,59 @@ def load_grown(folder: str | os.PathLike, target: Target, dtype: torch.dtype | N
     vocab = read_draft_vocabulary(folder, cfg)
     base, _ = load_model(cfg.base, dtype=torch.float32)
     model = PeftModel.from_pretrained(keep_layers(base, cfg.base_layers), str(folder))
-    if cfg.adapt == "all":
-        model = model.merge_and_unload()  # activated adapters cannot be merged: they skip the context
+    model = model.merge_and_unload() if cfg.adapt == "all" else on_mask_rows(model)
     return GrownDrafter(model, cfg, target, str(folder), dtype, vocab)
+
+
+class MaskRows:
+    """How many trailing tokens of the next forward are masks (shared by a drafter's MaskRowAdapters)."""
+
+    n = 0
+
+
+class MaskRowAdapter(torch.nn.Module):
+    """A base linear layer plus its activated adapter on the forward's last `rows.n` tokens:
+    y = base(x), and y[:, -n:] += x[:, -n:] A^T B^T * scale, peft's activated-LoRA arithmetic."""
+
+    def __init__(self, base: torch.nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float, rows: MaskRows):
+        super().__init__()
+        self.base, self.rows = base, rows
+        self.register_buffer("a_t", a.detach().T.contiguous())  # [in, r]
+        self.register_buffer("b_t", (b.detach() * scale).T.contiguous())  # [r, out]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)  # [B, T, out]
+        n = self.rows.n
+        if n:  # the model's one dtype throughout (an int8 drafter runs float32 activations)
+            y[:, -n:] += x[:, -n:] @ self.a_t @ self.b_t  # [B, n, out]
+        return y
+
+
+def on_mask_rows(peft_model) -> PreTrainedModel:
+    """The base of a peft model with activated adapters, for drafting: the mask's trained embedding
+    row written into the base's table (and the head tied to it) and each adapted linear layer a
+    MaskRowAdapter; the model's `mask_rows` (MaskRows) says how many trailing tokens are masks.
+    Measured (a grown 0.5B, int8, 256 tokens of context, one draft, profiler self time, 2-core
+    EPYC): through peft's own modules 72 ms against 34 merged (274-338 ms while peft also rebuilt
+    the whole embedding table with the mask row swapped in on every forward); with MaskRowAdapter
+    52.7 against 48.0 merged in one run."""
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
+
+    rows = MaskRows()
+    for module in peft_model.modules():
+        if isinstance(module, TrainableTokensLayer) and not module.merged:
+            module.merge()
+    for name, module in list(peft_model.named_modules()):
+        if isinstance(module, LoraLayer):
+            adapter = module.active_adapters[0]
+            parent, _, child = name.rpartition(".")
+            setattr(peft_model.get_submodule(parent), child, MaskRowAdapter(
+                module.get_base_layer(), module.lora_A[adapter].weight, module.lora_B[adapter].weight,
+                module.scaling[adapter], rows))
+    model = peft_model.get_base_model()
+    model.mask_rows = rows
+    return model
 
 
 # ---------------------------------------------------------------------------------------------
