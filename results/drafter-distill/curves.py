@@ -16,6 +16,7 @@ LOGS = {
     "grown on own answers: Qwen2.5-Coder-0.5B + LoRA, 24 layers": HERE / "grown-train_log.jsonl",
     "grown on code + chat answers: 24 layers": HERE / "grown-mixed-train_log.jsonl",
     "grown on code + chat answers: 12 of 24 layers, 16,384-id head": HERE / "grown-mixed-l12-train_log.jsonl",
+    "grown on code + chat answers: adapters on the masks only": HERE / "grown-mixed-masks-train_log.jsonl",
 }
 
 
@@ -34,7 +35,7 @@ def main() -> None:
     for name, (log, per_step) in runs.items():
         for r in (r for r in log if "eval_slot_acc" in r):
             acc = " ".join(f"{a:.2f}" for a in r["eval_slot_acc"])
-            print(f"| {name.split(':')[0]} | {r['step']} | {r['step'] * per_step:,.0f} | {r['elapsed_s'] / 60:.1f} "
+            print(f"| {name} | {r['step']} | {r['step'] * per_step:,.0f} | {r['elapsed_s'] / 60:.1f} "
                   f"| {acc} | {r['eval_tau_chain']:.2f} |")
     print()
     for name, (log, per_step) in runs.items():
