@@ -137,8 +137,9 @@ def add_adapters(model: PreTrainedModel, cfg: GrownConfig):
 
 def masks_only(peft_model, cfg: GrownConfig, masks: int):
     """A context in which the activated adapters ("masks") act on the last `masks` tokens of a
-    forward that calls the adapted modules directly (peft's own hook, as its model's forward
-    sets it); nothing for adapters that act on every token."""
+    forward that calls the adapted modules directly; nothing for adapters on every token. It is
+    the hook peft's own model forward sets (`_enable_peft_forward_hooks`), used here because the
+    training forward calls the decoder alone, to run the large head on the needed rows only."""
     if cfg.adapt != "masks":
         return contextlib.nullcontext()
     return peft_model.base_model._enable_peft_forward_hooks(alora_offsets=[masks])
