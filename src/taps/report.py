@@ -97,15 +97,21 @@ def verdict(ratio: float | None, low: float | None, high: float | None) -> str |
     return "level" if is_level(low, high) else ("faster" if low > 1 else "slower")
 
 
+def runs_by_key(records: list[dict]) -> dict[tuple, list[dict]]:
+    """(dataset label, T, method, budget) -> its records: the runs paired prompt by prompt."""
+    runs: dict[tuple, list[dict]] = {}
+    for r in records:
+        runs.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), []).append(r)
+    return runs
+
+
 def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "ddtree") -> list[dict]:
     """`method` against what a user would pick instead, per (dataset, temperature) and budget of
     `method`: every peer present (hf-assisted, prompt-lookup) and the `tree_rival` budget with the
     best median speedup over ar there. The ratio is the median over prompts of `method`'s tokens/s
     over the rival's on the same prompt (paired, like speedup vs ar); above 1, `method` is faster."""
     summary = summarize(records)
-    runs: dict[tuple, list[dict]] = {}  # (dataset label, T, method, budget) -> records
-    for r in records:
-        runs.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), []).append(r)
+    runs = runs_by_key(records)
     peers = {r["method"] for r in records if is_peer(r)}
     rows = []
     for own in (x for x in summary if x["method"] == method):
@@ -381,9 +387,7 @@ def llama_cpp_section(records: list[dict]) -> list[str]:
     beside taps' ar on the same set and temperature, and no ratio: they decode the GGUF's own 4-bit
     model, so their speed is not a lossless speedup of the target. None without such records."""
     summary = summarize(records)
-    runs: dict[tuple, list[dict]] = {}  # (dataset label, T, method, budget) -> records
-    for r in records:
-        runs.setdefault((group_label(r), r["temperature"], r["method"], r["budget"]), []).append(r)
+    runs = runs_by_key(records)
     ar = {(x["dataset"], x["temperature"]): x["tokens_per_second"] for x in summary if x["method"] == "ar"}
     rows = []
     for x in (x for x in summary if x["method"] in LLAMA_CPP_PEERS):

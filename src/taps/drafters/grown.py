@@ -199,10 +199,10 @@ def block_logits(model, head, layout: BlockLayout) -> torch.Tensor:
 
 
 def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: TargetInfo,
-               vocab: Sequence[int] | None = None) -> Path:
+               vocab: torch.Tensor | None = None) -> Path:
     """Adapters (peft's adapter_config.json + adapter_model.safetensors), grown.json and, with a
-    draft vocabulary (`vocab`, cfg.draft_vocab_size ids), its ids."""
-    if (vocab is None) != (cfg.draft_vocab_size is None):
+    draft vocabulary (`vocab` [V_draft], sorted ids: `draft_vocabulary`), VOCAB_FILE."""
+    if (None if vocab is None else len(vocab)) != cfg.draft_vocab_size:
         raise ValueError(f"draft_vocab_size={cfg.draft_vocab_size} needs a draft vocabulary of that many ids, "
                          "and only then")
     folder = Path(folder)
@@ -212,9 +212,9 @@ def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: Ta
     for adapter in peft_model.peft_config.values():
         adapter.base_model_name_or_path = cfg.base
     peft_model.save_pretrained(folder)
-    _write_description(folder, replace(cfg, draft_vocab_size=None), asdict(info))
     if vocab is not None:
-        set_draft_vocabulary(folder, vocab)
+        _write_vocabulary(folder, vocab)
+    _write_description(folder, cfg, asdict(info))
     return folder
 
 
@@ -222,19 +222,23 @@ def _write_description(folder: Path, cfg: GrownConfig, info: dict) -> None:
     (folder / GROWN_FILE).write_text(json.dumps({"grown": asdict(cfg), "taps": info}, indent=2) + "\n")
 
 
+def _write_vocabulary(folder: Path, ids: torch.Tensor) -> None:
+    from safetensors.torch import save_file
+
+    save_file({DRAFT_VOCAB_KEY: ids.to(torch.long).contiguous()}, str(folder / VOCAB_FILE))
+
+
 def set_draft_vocabulary(folder: str | os.PathLike, vocab: Sequence[int]) -> None:
     """Make the grown drafter in `folder` score only the token ids `vocab` (`draft_vocabulary`
     picks them from training data): writes VOCAB_FILE and records its size in grown.json. A drafter
     trained on the whole head keeps its ranking among the kept ids (the softmax renormalises over
     them), so a trained drafter can be given one afterwards."""
-    from safetensors.torch import save_file
-
     folder = Path(folder)
     cfg, info = read_grown(folder)
     ids = torch.tensor(sorted(set(vocab)), dtype=torch.long)  # [V_draft]
     if ids.numel() == 0 or int(ids[0]) < 0 or int(ids[-1]) >= info["vocab_size"]:
         raise ValueError(f"a draft vocabulary must be token ids of the target's {info['vocab_size']}-token vocabulary")
-    save_file({DRAFT_VOCAB_KEY: ids}, str(folder / VOCAB_FILE))
+    _write_vocabulary(folder, ids)
     _write_description(folder, replace(cfg, draft_vocab_size=ids.numel()), info)
 
 
@@ -522,8 +526,7 @@ def _load(folder: Path, target: Target, quantize: str) -> GrownDrafter:
 
 
 def _save(trainee: GrownTrainee, folder: Path) -> None:
-    vocab = None if trainee.vocab is None else trainee.vocab.tolist()
-    save_grown(trainee.module, trainee.spec, folder, trainee.info, vocab)
+    save_grown(trainee.module, trainee.spec, folder, trainee.info, trainee.vocab)
 
 
 GROWN = register(DrafterKind(
