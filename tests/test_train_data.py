@@ -13,6 +13,7 @@ from taps.datasets import GSM_SYMBOLIC_SEED, Prompt
 from taps.records import read_records, read_settings
 from taps.train import cli as T
 from taps.train import data as D
+from taps.train import followup as F
 from taps.train import overlap as O
 from taps.train import prompts as P
 from taps.train import chat as chat_mod
@@ -202,6 +203,59 @@ def test_generate_data_resumes_and_matches_unbatched_greedy(smollm2, tmp_path):
     assert len(load_sequences(out, len(tokenizer), 512, "answer")) == 3
 
 
+def test_follow_ups_continue_each_first_turn_deterministically():
+    code = "Here:\n```python\ndef f():\n    pass\n```"
+    firsts = [{"prompt_index": i, "prompt": f"question {i}", "ids": [9, 9, 9, i, 1], "n_prompt": 3} for i in range(40)]
+    firsts.append({"ids": [5, 6, 7]})  # a stdlib text record: no first turn
+
+    def decode(ids):  # answers with code for even prompt indices
+        return code if ids[0] % 2 == 0 else f"plain answer {ids}"
+
+    ups = F.follow_up_prompts(firsts[::-1], 40, seed=0, decode=decode)  # by prompt index, whatever the file order
+    assert ups == F.follow_up_prompts(firsts, 40, seed=0, decode=decode)
+    assert ups[:10] == F.follow_up_prompts(firsts, 10, seed=0, decode=decode)  # prefix-stable
+    assert [p.text for p in F.follow_up_prompts(firsts, 40, seed=1, decode=decode)] != [p.text for p in ups]
+    for i, p in enumerate(ups):
+        assert p.source == "follow-up" and p.history == (
+            {"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": decode([i, 1])})
+        assert p.text in (F.CODE_REQUESTS + F.GENERAL_REQUESTS if i % 2 == 0 else F.GENERAL_REQUESTS)
+    assert any(p.text in F.CODE_REQUESTS for p in ups) and len({p.text for p in ups}) > 10
+    with pytest.raises(ValueError, match="answers no prompt 40 .40 of the first 41 are there.: give fewer --prompts"):
+        F.follow_up_prompts(firsts, 41, seed=0, decode=decode)
+    O.check_no_eval_overlap(list(F.CODE_REQUESTS + F.GENERAL_REQUESTS))
+
+
+@pytest.mark.slow  # SmolLM2 answers two prompts, then two follow-ups after them
+def test_follow_up_data_answer_second_turns_after_the_targets_first(smollm2, tmp_path):
+    model, tokenizer = smollm2
+    kw = dict(max_new_tokens=4, batch_size=2, progress=False, model=model, tokenizer=tokenizer)
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    for bad, match in [(dict(follow_up=first), "no first-turn file .*first.jsonl: make it with `taps gen-data` first"),
+                       (dict(follow_up=second), "cannot hold the follow-ups of its own first turns")]:
+        with pytest.raises(ValueError, match=match):
+            D.generate_data("smollm2-135m", second, 1, **kw, **bad)
+    D.generate_data("smollm2-135m", first, 2, **kw)
+    with pytest.raises(ValueError, match="a mix chooses first-turn prompts.*drop --mix"):
+        D.generate_data("smollm2-135m", second, 2, **kw, follow_up=first, mix={"chat": 1.0})
+    with pytest.raises(ValueError, match="holds answers of smollm2-135m, not other: .* give a first-turn file of this"):
+        D.generate_data("other", second, 2, **kw, follow_up=first)
+    assert not second.exists()  # refused before the file is made
+    with pytest.raises(ValueError, match="answers no prompt 2"):
+        D.generate_data("smollm2-135m", second, 3, **kw, follow_up=first)
+    made = D.generate_data("smollm2-135m", second, 2, **kw, follow_up=first)
+    assert (made.n_prompts, made.generated) == (2, 2)
+    assert read_settings(second)["follow_up"] == {"file": "first.jsonl", "settings": read_settings(first)}
+    firsts = {r["prompt_index"]: r for r in read_records(first)}
+    for r in read_records(second):
+        one = firsts[r["prompt_index"]]
+        answer = tokenizer.decode(one["ids"][one["n_prompt"] :], skip_special_tokens=True)
+        history = [{"role": "user", "content": one["prompt"]}, {"role": "assistant", "content": answer}]
+        assert r["source"] == "follow-up" and r["prompt"] in F.GENERAL_REQUESTS + F.CODE_REQUESTS
+        assert r["ids"][: r["n_prompt"]] == D.chat_ids(tokenizer, r["prompt"], history)
+        assert one["prompt"] in tokenizer.decode(r["ids"]) and 1 <= len(r["ids"]) - r["n_prompt"] <= 4
+    assert D.generate_data("smollm2-135m", second, 2, **kw, follow_up=first).generated == 0  # complete
+
+
 def test_stdlib_text_sequences(smollm2, tmp_path):
     _, tokenizer = smollm2
     seqs = D.stdlib_text_sequences(tokenizer, 300, 128)
@@ -233,7 +287,7 @@ def test_train_drafter_options_cover_the_config():
         if f.name not in TRAIN_REQUIRED and f.name not in ("target_layer_ids", "gamma"):
             assert getattr(args, f.name) == f.default, f.name
     gen = build_parser().parse_args(["gen-data", "--target", "t", "--out", "o", "--prompts", "5"])
-    assert (gen.max_new_tokens, gen.dtype, gen.seed, gen.engine) == (256, "float32", 0, "transformers")
+    assert (gen.max_new_tokens, gen.dtype, gen.seed, gen.engine, gen.follow_up) == (256, "float32", 0, "transformers", None)
     assert gen.batch_size is None  # the engine's default: T.TRANSFORMERS_BATCH, T.VLLM_BATCH
 
 

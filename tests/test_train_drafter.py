@@ -96,8 +96,11 @@ def test_answer_anchors_start_at_the_first_answer_token(tmp_path):
     answer = load_sequences(path, 96, 64, "answer")
     assert [(s.ids, s.first_anchor) for s in answer] == [([1, 2, 3, 4, 5, 6], 3), ([7, 8, 9], 0)]  # raw text: anywhere
     assert [s.first_anchor for s in load_sequences(path, 96, 64, "all")] == [0, 0]
-    with pytest.raises(ValueError, match="no answer token is left to draft within max_seq_len=4"):
-        load_sequences(path, 96, 4, "answer")  # the cut leaves [1, 2, 3, 4]: no answer token with a label
+    # the front cut would leave [1, 2, 3, 4], no answer token with a label: the window before the answer instead
+    assert [(s.ids, s.first_anchor) for s in load_sequences(path, 96, 4, "answer")] == [([2, 3, 4, 5], 2), ([7, 8, 9], 0)]
+    path.write_text('{"ids": [1, 2, 3, 4, 5], "n_prompt": 4}\n')
+    with pytest.raises(ValueError, match="the answer holds no token to draft after its first"):
+        load_sequences(path, 96, 64, "answer")
     with pytest.raises(ValueError, match="anchor_region must be one of answer, all"):
         TrainDrafterConfig("t", "d", "o", mask_token_id=1, anchor_region="prompt")
 

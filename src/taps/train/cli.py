@@ -19,7 +19,7 @@ def _gen_data(args) -> int:
 
     result = generate_data(args.target, args.out, args.prompts, max_new_tokens=args.max_new_tokens,
                            batch_size=args.batch_size, dtype=args.dtype, seed=args.seed, progress=True,
-                           temperature=args.temperature, engine=args.engine, mix=args.mix)
+                           temperature=args.temperature, engine=args.engine, mix=args.mix, follow_up=args.follow_up)
     print(f"{result.path}: {result.n_prompts} prompts answered ({result.generated} generated now), "
           f"{result.tokens} tokens")
     if args.text_tokens:
@@ -227,6 +227,9 @@ def _add_gen_data(sub) -> None:
     d.add_argument("--mix", type=prompt_mix, default=None,
                    help="which training prompts: SOURCE=WEIGHT,... over code-write, code-explain, math, reasoning, "
                         "general, chat (default: all but chat, taps.train.prompts.DEFAULT_MIX; pinned in the file)")
+    d.add_argument("--follow-up", default=None, metavar="FILE",
+                   help="second turns instead: prompt i continues FILE's prompt i and the target's answer to it with "
+                        "a follow-up request (FILE: a gen-data file of this target; taps.train.followup; pinned)")
     d.add_argument("--text-tokens", type=bounded(int, 0), default=0, help="also add N tokens of raw stdlib source (0)")
     d.add_argument("--text-seq-len", type=bounded(int, 2), default=512, help="tokens per stdlib text sequence (512)")
     d.set_defaults(func=_gen_data)

@@ -10,6 +10,7 @@ taps.train.overlap before the first answer is generated.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
@@ -19,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from taps.records import RecordFile, read_settings
+from taps.records import RecordFile, read_records, read_settings
 from taps.train.eta import say_estimate
+from taps.train.followup import follow_up_prompts
 from taps.train.overlap import check_no_eval_overlap
 from taps.train.prompts import DEFAULT_MIX, training_prompt_records
 from taps.train.stdlib import stdlib_files
@@ -29,10 +31,11 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
-    """The prompt as a user turn through the chat template, ready for the answer."""
-    return list(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                              tokenize=True, return_dict=False))
+def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, history: Sequence[dict] = ()) -> list[int]:
+    """The prompt as a user turn (after the chat messages of `history`) through the chat template,
+    ready for the answer."""
+    return list(tokenizer.apply_chat_template([*history, {"role": "user", "content": prompt}],
+                                              add_generation_prompt=True, tokenize=True, return_dict=False))
 
 
 def _eos_ids(generation_config, tokenizer) -> set[int]:
@@ -89,7 +92,7 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
                   model: PreTrainedModel | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
                   check_overlap: bool = True, mix: dict[str, float] | None = None,
                   temperature: float = 0.0, engine: str = "transformers",
-                  vllm_options: dict | None = None) -> GenDataResult:
+                  vllm_options: dict | None = None, follow_up: str | os.PathLike | None = None) -> GenDataResult:
     """Self-distillation data: the target's answers to the first n_prompts training prompts (greedy
     at temperature 0; sampled at temperature > 0, each batch's draws seeded by `seed` and its first
     prompt index (vLLM: each request's, by its prompt index), so a resumed file holds the answers
@@ -104,7 +107,11 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     The settings that shape the data (target, seed, mix, max_new_tokens, dtype, temperature,
     engine) are pinned in the file; resuming with others is an error. `model`/`tokenizer`
     replace loading `target_name` (tests, notebooks; transformers only); `vllm_options` go to
-    vLLM's engine (`vllm.LLM`, e.g. enforce_eager=True to skip its compilation in tests)."""
+    vLLM's engine (`vllm.LLM`, e.g. enforce_eager=True to skip its compilation in tests).
+
+    `follow_up`: a file this function made for the same target; prompt i is then a second turn
+    after that file's prompt i and its answer (taps.train.followup), instead of the mix's prompt i.
+    The file's name and settings are pinned in place of the mix."""
     import torch
     from tqdm import tqdm
 
@@ -125,12 +132,28 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
         require_vllm("--engine vllm", "gen-data")
     settings = {"target": target_name, "seed": seed, "mix": dict(DEFAULT_MIX if mix is None else mix),
                 "max_new_tokens": max_new_tokens, "dtype": dtype}
+    if follow_up is not None:
+        if Path(follow_up).resolve() == Path(out_path).resolve():
+            raise ValueError(f"{out_path} cannot hold the follow-ups of its own first turns: choose another --out")
+        first_settings = _first_turn_settings(follow_up, target_name, mix)
+        del settings["mix"]
+        settings["follow_up"] = {"file": Path(follow_up).name, "settings": first_settings}
     if temperature > 0:  # greedy files, made before sampling existed, pin no temperature
         settings["temperature"] = temperature
     if engine != "transformers":  # nor do files made before vLLM could answer
         settings["engine"] = engine
     store = RecordFile.open(out_path, settings, remedy="choose a new --out")
-    prompts = training_prompt_records(n_prompts, seed, mix)
+    if follow_up is None:
+        prompts = training_prompt_records(n_prompts, seed, mix)
+    else:  # the first answers go back as text (taps.train.followup): their tokenizer is needed now
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from taps.assets import resolve
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve(target_name))
+        decode = functools.partial(tokenizer.decode, skip_special_tokens=True)
+        prompts = follow_up_prompts(read_records(follow_up), n_prompts, seed, decode)
     done = set()
     for r in store.records:
         i = r.get("prompt_index")
@@ -138,14 +161,16 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
             continue  # another kind of record (stdlib text)
         if i < n_prompts and r.get("prompt") != prompts[i].text:
             raise ValueError(f"{out_path}: record of prompt {i} holds another prompt than seed {seed} gives; "
-                             "it was made by another Python or reasoning-gym version: choose a new --out")
+                             "it was made by another Python or reasoning-gym version (or after other first "
+                             "turns): choose a new --out")
         done.add(i)
     answered = [r for r in store.records if r.get("prompt_index", n_prompts) < n_prompts]
     pending = [i for i in range(n_prompts) if i not in done]
     if not pending:
         return GenDataResult(store.path, n_prompts, 0, sum(len(r["ids"]) for r in answered))
     if check_overlap:
-        check_no_eval_overlap([p.text for p in prompts])
+        check_no_eval_overlap([p.text for p in prompts] +
+                              [m["content"] for p in prompts for m in p.history if m["role"] == "user"])
     if engine == "vllm":
         from transformers import AutoTokenizer, GenerationConfig
 
@@ -168,7 +193,7 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
     eos_ids = _eos_ids(generation_config, tokenizer)
-    prompt_ids = {i: chat_ids(tokenizer, prompts[i].text) for i in pending}
+    prompt_ids = {i: chat_ids(tokenizer, prompts[i].text, prompts[i].history) for i in pending}
     if engine == "vllm":
         answerer = vllm_answerer(path, dtype, max(map(len, prompt_ids.values())) + max_new_tokens,
                                  max_new_tokens, temperature, seed, eos_ids, **(vllm_options or {}))
@@ -202,6 +227,21 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     bar.close()
     tokens += sum(len(r["ids"]) for r in answered)
     return GenDataResult(store.path, n_prompts, generated, tokens)
+
+
+def _first_turn_settings(path: str | os.PathLike, target_name: str, mix: dict | None) -> dict:
+    """The settings of a first-turn file for follow-ups, once it is one, for this target."""
+    if mix is not None:
+        raise ValueError("a mix chooses first-turn prompts; follow-ups continue the first-turn file's: drop --mix")
+    if not Path(path).is_file():
+        raise ValueError(f"no first-turn file {path}: make it with `taps gen-data` first")
+    first = read_settings(path)
+    if first is None or "target" not in first:
+        raise ValueError(f"{path} is not a file `taps gen-data` made (no pinned settings): give one it made")
+    if first["target"] != target_name:
+        raise ValueError(f"{path} holds answers of {first['target']}, not {target_name}: a follow-up continues the "
+                         "target's own first answers; give a first-turn file of this target")
+    return first
 
 
 @contextmanager

@@ -155,8 +155,10 @@ def load_sequences(path: str | os.PathLike, vocab_size: int, max_seq_len: int, a
     """Training sequences from a JSONL file of {"ids": [...]} records, cut to max_seq_len. With
     anchor_region "answer", a record with "n_prompt" (`taps gen-data`'s self-distilled answers)
     places blocks only from its first answer token on: at inference the root is always a token the
-    target generated, and a prompt's chat template and system text are no draft to learn. Records
-    without "n_prompt" (raw text) place them anywhere."""
+    target generated, and a prompt's chat template and system text are no draft to learn; a record
+    whose answer starts too late for the cut (a follow-up after a long first turn) keeps
+    max_seq_len // 2 tokens before its answer and the answer's start instead of its beginning.
+    Records without "n_prompt" (raw text) place them anywhere."""
     sequences = []
     with open(path) as f:
         for line_no, line in enumerate(f, 1):
@@ -172,10 +174,11 @@ def load_sequences(path: str | os.PathLike, vocab_size: int, max_seq_len: int, a
             if not isinstance(ids, list) or len(ids) < 2 or not all(isinstance(t, int) and 0 <= t < vocab_size for t in ids):
                 raise ValueError(f"{path}:{line_no}: ids must be a list of at least 2 token ids below {vocab_size}")
             first = record.get("n_prompt", 0) if anchor_region == "answer" else 0
-            if first > min(len(ids), max_seq_len) - 2:
-                raise ValueError(f"{path}:{line_no}: no answer token is left to draft within max_seq_len={max_seq_len} "
-                                 f"(n_prompt={first}, {len(ids)} ids); raise max_seq_len or use anchor_region 'all'")
-            sequences.append(TrainSequence(ids[:max_seq_len], first))
+            if first > len(ids) - 2:
+                raise ValueError(f"{path}:{line_no}: the answer holds no token to draft after its first "
+                                 f"(n_prompt={first}, {len(ids)} ids); drop the record or use anchor_region 'all'")
+            start = 0 if first <= max_seq_len - 2 else first - max_seq_len // 2  # a long conversation: its last part
+            sequences.append(TrainSequence(ids[start : start + max_seq_len], first - start))
     if not sequences:
         raise ValueError(f"{path} holds no sequences")
     return sequences

@@ -187,8 +187,9 @@ STREAMS = {"code-write": _code_write, "code-explain": _code_explain, "math": _ma
 
 @dataclass(frozen=True)
 class TrainingPrompt:
-    source: str  # one of SOURCES
-    text: str
+    source: str  # one of SOURCES, or taps.train.followup.SOURCE
+    text: str  # the user turn to answer
+    history: tuple[dict, ...] = ()  # earlier turns, as chat messages (a follow-up's first turn)
 
 
 def check_mix(mix: dict[str, float]) -> dict[str, float]:
