@@ -4,10 +4,10 @@
 # weights, on the doubled self-distilled data (data/drafters/smollm2-135m/distill-2x.jsonl: 1,104
 # greedy float32 answers, 247K tokens), with the shipped drafter's other settings (2 layers, block
 # 8, target layers 1/10/18/27, an 8,192-token draft vocabulary, soft labels at 0.5), blocks in the
-# answers only, one epoch, bfloat16 autocast. INIT=random trains the same recipe from random
+# answers only, one epoch, bfloat16 autocast. INIT=first starts from its first two layers, random from random
 # weights, the comparison on the same held-out blocks. The run folder lives under the taps home;
 # rerun the same command to resume.
-#     results/drafter-distill/train-smollm2.sh [last|random]
+#     results/drafter-distill/train-smollm2.sh [last|first|random]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 INIT=${1:-last}
