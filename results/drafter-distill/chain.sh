@@ -7,9 +7,7 @@
 # target. tau at T=0 does not depend on the machine's speed, so it compares with those files'
 # chain:7 tau. Snapshots and runs live under the taps home (train-grown-mixed.sh). With VOCAB, the
 # snapshot's head keeps the training data's VOCAB most frequent ids (vocab.py). Resumable.
-# METHODS=chain:7 leaves plain decoding out: tau alone, which a busy machine does not change
-# (a run still training beside it), where tokens/s would mean nothing.
-#     [METHODS=ar,chain:7] results/drafter-distill/chain.sh RUN STEP [VOCAB]   (RUN: mixed = train-grown-mixed.sh)
+#     results/drafter-distill/chain.sh RUN STEP [VOCAB]   (RUN: mixed = train-grown-mixed.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUN=$1 STEP=$2 VOCAB=${3:-}
@@ -21,6 +19,6 @@ if [ -n "$VOCAB" ]; then
     NAME=$NAME-vocab$VOCAB
     [ -d $RUNS/$NAME ] || .venv/bin/python results/drafter-distill/vocab.py $SNAPSHOT $RUNS/$NAME $VOCAB
 fi
-COMMON="--target qwen2.5-coder-1.5b --methods ${METHODS:-ar,chain:7} --turns 1 --limit 10 --temperatures 0 --max-new-tokens 128
+COMMON="--target qwen2.5-coder-1.5b --methods ar,chain:7 --turns 1 --limit 10 --temperatures 0 --max-new-tokens 128
   --dtype bfloat16 --drafter-quant int8 --datasets humaneval,mt-bench,gsm-symbolic"
 .venv/bin/taps bench $COMMON --drafter $RUNS/$NAME --out results/drafter-distill/$NAME-chain.jsonl
