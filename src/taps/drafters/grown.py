@@ -39,6 +39,7 @@ import contextlib
 import copy
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -124,14 +125,25 @@ def keep_layers(model: PreTrainedModel, n: int | None) -> PreTrainedModel:
     return model
 
 
+@contextlib.contextmanager
+def quiet_alora():
+    """Silences peft's notice that activated LoRA supports only its CAUSAL_LM task: taps activates
+    the adapters itself (`masks_only` in training, `MaskRowAdapter` in drafts), not through that
+    task's generate, so the notice says nothing to a user of a drafter."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="aLoRA is currently only supported for CAUSAL_LM task")
+        yield
+
+
 def add_adapters(model: PreTrainedModel, cfg: GrownConfig):
     """The base wrapped by peft: LoRA on every linear layer of the decoder and a trainable mask row."""
     from peft import LoraConfig, get_peft_model
 
     check_mask_token(cfg, model)
-    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=list(LORA_MODULES),
-                      trainable_token_indices={"embed_tokens": [cfg.mask_token_id]},
-                      alora_invocation_tokens=[cfg.mask_token_id] if cfg.adapt == "masks" else None)
+    with quiet_alora():
+        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                          target_modules=list(LORA_MODULES), trainable_token_indices={"embed_tokens": [cfg.mask_token_id]},
+                          alora_invocation_tokens=[cfg.mask_token_id] if cfg.adapt == "masks" else None)
     return get_peft_model(model, lora)
 
 
@@ -416,7 +428,8 @@ def load_grown(folder: str | os.PathLike, target: Target, dtype: torch.dtype | N
     _check_trained_for(info, target, str(folder))
     vocab = read_draft_vocabulary(folder, cfg)
     base, _ = load_model(cfg.base, dtype=torch.float32)
-    model = PeftModel.from_pretrained(keep_layers(base, cfg.base_layers), str(folder))
+    with quiet_alora():
+        model = PeftModel.from_pretrained(keep_layers(base, cfg.base_layers), str(folder))
     model = model.merge_and_unload() if cfg.adapt == "all" else on_mask_rows(model)
     return GrownDrafter(model, cfg, target, str(folder), dtype, vocab)
 
