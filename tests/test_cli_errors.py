@@ -141,6 +141,18 @@ def test_train_drafter_refused_after_loading_leaves_no_out_folder(tmp_path, caps
     assert "mask" in err and not out.exists()
 
 
+def _wait_for_torch(pid: int, timeout: float = 60.0) -> None:
+    """Until process `pid` has mapped torch's library (taps.cli imports torch only inside main), or
+    one second where /proc cannot tell (not Linux)."""
+    maps = Path(f"/proc/{pid}/maps")
+    if not maps.exists():
+        time.sleep(1.0)
+        return
+    deadline = time.monotonic() + timeout
+    while "libtorch" not in maps.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("when", ["loading", "decoding"])
 def test_ctrl_c_is_one_line_and_status_130(when):
     """Item 8: Ctrl-C (SIGINT) while the command starts up, or mid-generation, ends with one line
@@ -149,8 +161,8 @@ def test_ctrl_c_is_one_line_and_status_130(when):
     argv = [taps, "generate", "--target", "smollm2-135m", "--method", "ar", "--stream", "--dtype", "float32",
             "--max-new-tokens", "2000", "--prompt", "Count from one to one thousand in words."]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        if when == "loading":
-            time.sleep(1.0)  # importing torch and transformers
+        if when == "loading":  # importing torch, inside main (a signal before main runs, in the interpreter's
+            _wait_for_torch(proc.pid)  # own start-up, is Python's traceback: no program can catch it)
         else:
             proc.stdout.read(1)  # the first streamed text: decoding has begun
         proc.send_signal(signal.SIGINT)
