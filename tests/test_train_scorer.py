@@ -25,6 +25,8 @@ from taps.train.scorer import (
     save_trace,
     train_scorer,
 )
+from taps.train.prompts import training_prompts
+from taps.train.traces import scorer_prompts
 from taps.verify import SamplingConfig, Verdict
 from tiny import tiny_model
 
@@ -234,6 +236,13 @@ def test_config_checks_and_every_option_has_help():
         with pytest.raises(ValueError):
             config(**bad)
     assert "seed" not in config().record_settings() and "seed" in config(temperature=0.5).record_settings()
+    with pytest.raises(ValueError, match="unknown prompt source 'poetry'"):
+        config(prompt_mix="poetry=1")
+    # the mix is pinned with the traces once chosen (traces from before it pin none)
+    assert "prompt_mix" not in config().record_settings()
+    assert config(prompt_mix="chat=1").record_settings()["prompt_mix"] == "chat=1"
+    chat = scorer_prompts(config(prompts=6, prompt_mix="chat=1,code-write=1"))
+    assert chat == training_prompts(6, 0, {"chat": 1.0, "code-write": 1.0}) and chat != scorer_prompts(config(prompts=6))
     with pytest.raises(ValueError, match="nothing to train"):
         train_mod.split_prompts(3, 3, 0)
 

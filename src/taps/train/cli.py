@@ -34,18 +34,11 @@ def _gen_data(args) -> int:
 
 
 def prompt_mix(text: str) -> dict[str, float]:
-    """`--mix chat=1,math=0.5`: source weights of the training prompts (taps.train.prompts.check_mix)."""
-    from taps.train.prompts import check_mix
+    """`--mix chat=1,math=0.5`: source weights of the training prompts (taps.train.prompts.parse_mix)."""
+    from taps.train.prompts import parse_mix
 
-    mix = {}
-    for part in text.split(","):
-        name, _, weight = part.partition("=")
-        try:
-            mix[name.strip()] = float(weight)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r} has no weight: write SOURCE=WEIGHT, e.g. chat=1") from None
     try:
-        return check_mix(mix)
+        return parse_mix(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 

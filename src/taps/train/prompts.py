@@ -204,6 +204,18 @@ def check_mix(mix: dict[str, float]) -> dict[str, float]:
     return dict(mix)
 
 
+def parse_mix(text: str) -> dict[str, float]:
+    """`chat=1,math=0.5` -> {"chat": 1.0, "math": 0.5}, checked by `check_mix`."""
+    mix = {}
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        try:
+            mix[name.strip()] = float(weight)
+        except ValueError:
+            raise ValueError(f"{part!r} has no weight: write SOURCE=WEIGHT, e.g. chat=1") from None
+    return check_mix(mix)
+
+
 def training_prompt_records(n: int, seed: int = 0, mix: dict[str, float] | None = None) -> list[TrainingPrompt]:
     """The first n prompts of the seeded mix, with their sources (see the module docstring).
 

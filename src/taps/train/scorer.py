@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from taps.assets import DTYPES
+from taps.train.prompts import parse_mix
 from taps.scorer import (
     EdgeFeatures,
     EdgeScorer,
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 
 SCORER_DIR = "scorer"  # EdgeScorer.save layout
 LOG_FILE = "log.jsonl"  # one line per epoch
-RECORD_FIELDS = ("target", "drafter", "block_len", "prompt_seed", "chat_template", "temperature", "top_k", "top_p",
+RECORD_FIELDS = ("target", "drafter", "block_len", "prompt_seed", "prompt_mix", "chat_template", "temperature", "top_k", "top_p",
                  "max_new_tokens", "k", "pool_size", "lookup", "dtype", "seed")
 
 
@@ -78,6 +79,7 @@ class TrainScorerConfig:
     out: str  # output folder: traces/ (reused), scorer/ (EdgeScorer.save), log.jsonl
     prompts: int = 64  # training prompts (taps.train.prompts.training_prompts: never evaluation prompts)
     prompt_seed: int = 0  # which training prompts (the seed of training_prompts)
+    prompt_mix: str = ""  # their sources, SOURCE=WEIGHT,... (taps.train.prompts.parse_mix); "" = DEFAULT_MIX
     chat_template: bool = True  # prompts go through the target's chat template
     block_len: int | None = None  # a test drafter's positions per round; None = its default (a trained one has its own)
     temperature: float = 0.0  # recorded decoding: 0 = greedy (one-hot labels), > 0 = sampled (probability labels)
@@ -114,6 +116,8 @@ class TrainScorerConfig:
         if not (self.lr > 0 and self.weight_decay >= 0 and self.bce_weight >= 0):
             raise ValueError("need lr > 0, weight_decay >= 0 and bce_weight >= 0")
         self.sampling  # validates temperature, top_k, top_p
+        if self.prompt_mix:
+            parse_mix(self.prompt_mix)
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -124,12 +128,16 @@ class TrainScorerConfig:
         out = {name: getattr(self, name) for name in RECORD_FIELDS}
         if self.temperature == 0:
             del out["seed"]
+        if not self.prompt_mix:  # traces recorded before the mix could be chosen pin none
+            del out["prompt_mix"]
         return out
 
 
 HELP = {  # one line per TrainScorerConfig option of `taps train-scorer` (bool fields: their --no-... flag)
     "prompts": "training prompts to record (never evaluation prompts; a larger N later adds traces)",
     "prompt_seed": "which training prompts (seed of the prompt mix)",
+    "prompt_mix": "their sources: SOURCE=WEIGHT,... over code-write, code-explain, math, reasoning, general, chat "
+                  "(default: taps.train.prompts.DEFAULT_MIX, which has no chat)",
     "chat_template": "tokenize prompts as they are (no chat template)",
     "block_len": "positions a test drafter proposes per round (default: the drafter's)",
     "temperature": "recorded decoding: 0 = greedy, one-hot labels; > 0 = sampled, probability labels",

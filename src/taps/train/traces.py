@@ -182,6 +182,17 @@ def _check_settings(folder: Path, settings: dict) -> None:
         meta.write_text(json.dumps(settings, indent=1) + "\n")
 
 
+def scorer_prompts(cfg: TrainScorerConfig) -> list[str]:
+    """The training prompts a scorer run records: cfg.prompts of cfg.prompt_mix's sources (never
+    evaluation prompts: checked)."""
+    from taps.train.overlap import check_no_eval_overlap
+    from taps.train.prompts import parse_mix, training_prompts
+
+    prompts = training_prompts(cfg.prompts, cfg.prompt_seed, parse_mix(cfg.prompt_mix) if cfg.prompt_mix else None)
+    check_no_eval_overlap(prompts)
+    return prompts
+
+
 def record_traces(
     cfg: TrainScorerConfig, prompts: Sequence[str | Sequence[int]] | None = None,
     target: Target | None = None, drafter: Drafter | None = None,
@@ -189,16 +200,12 @@ def record_traces(
     """The traces of every prompt, recorded into out/traces/ where missing, else read back.
 
     prompts: texts (encoded with the target's chat template unless chat_template=False) or token
-    ids; None = `training_prompts(cfg.prompts, cfg.prompt_seed)`. target/drafter: None = loaded
+    ids; None = `scorer_prompts(cfg)`. target/drafter: None = loaded
     from cfg.target / cfg.drafter (only if some trace is missing)."""
     from tqdm import tqdm
 
     if prompts is None:
-        from taps.train.overlap import check_no_eval_overlap
-        from taps.train.prompts import training_prompts
-
-        prompts = training_prompts(cfg.prompts, cfg.prompt_seed)
-        check_no_eval_overlap(prompts)
+        prompts = scorer_prompts(cfg)
     folder = Path(cfg.out) / TRACE_DIR
     _check_settings(folder, cfg.record_settings())
     paths = [folder / f"prompt-{i:05d}.safetensors" for i in range(len(prompts))]
