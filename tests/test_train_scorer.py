@@ -236,6 +236,8 @@ def test_config_checks_and_every_option_has_help():
         with pytest.raises(ValueError):
             config(**bad)
     assert "seed" not in config().record_settings() and "seed" in config(temperature=0.5).record_settings()
+    with pytest.raises(ValueError, match=r"guard_nodes \(16\) must be below pool_size \(16\).*raise --pool-size"):
+        config(guard_nodes=16)
     with pytest.raises(ValueError, match="unknown prompt source 'poetry'"):
         config(prompt_mix="poetry=1")
     # the mix is pinned with the traces once chosen (traces from before it pin none)
@@ -259,7 +261,7 @@ def test_cli_train_scorer(tmp_path, monkeypatch, capsys, target, drafter):
     rc = main(["train-scorer", "--target", "tiny-llama", "--drafter", "noisy", "--out", str(tmp_path),
                "--prompts", "3", "--eval-prompts", "1", "--epochs", "2", "--max-new-tokens", "12", "--k", "4",
                "--pool-size", "16", "--block-len", "4", "--temperature", "0.5", "--no-lookup", "--no-progress",
-               "--buckets", "64", "--hidden", "16"])
+               "--buckets", "64", "--hidden", "16", "--guard-nodes", "6"])
     assert rc == 0
     cfg = seen["cfg"]
     assert (cfg.epochs, cfg.block_len, cfg.temperature, cfg.lookup, cfg.progress, cfg.chat_template) == (

@@ -3,8 +3,10 @@
 # trained on verification traces of the 1.5B on 48 training prompts of every kind, chat among
 # them (--prompt-mix; the shipped scorer saw 12 code/math/stdlib prompts), 8 held out for the
 # guard (a scorer that selects worse 32-node trees than the plain marginals is not kept), pools
-# of 32 nodes, 64 new tokens a prompt, bfloat16 (labels from the bfloat16 target: a scorer only
-# ranks nodes, the target still verifies every one). Traces are recorded once and reused.
+# of 96 nodes (with pools of 32 every scorer's 32-node cut is the whole pool and the guard
+# compares nothing: session 20 saw 2.463 against 2.469; now refused), 64 new tokens a prompt,
+# bfloat16 (labels from the bfloat16 target: a scorer only ranks nodes, the target still verifies
+# every one). Traces are recorded once and reused.
 #     results/drafter-distill/scorer.sh RUN STEP    (the snapshot $TAPS_HOME/runs/grown-RUN-STEP)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,4 +15,4 @@ SNAPSHOT=$RUNS/grown-$1-$2
 [ -d "$SNAPSHOT" ] || { echo "scorer.sh: no snapshot $SNAPSHOT: run chain.sh $1 $2 first" >&2; exit 2; }
 .venv/bin/taps train-scorer --target qwen2.5-coder-1.5b --drafter "$SNAPSHOT" --out "$RUNS/scorer-$1-$2" \
     --prompts 48 --eval-prompts 8 --prompt-mix code-write=0.2,code-explain=0.15,math=0.2,general=0.2,chat=0.25 \
-    --max-new-tokens 64 --pool-size 32 --dtype bfloat16 --no-progress
+    --max-new-tokens 64 --pool-size 96 --dtype bfloat16 --no-progress

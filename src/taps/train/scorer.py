@@ -109,6 +109,10 @@ class TrainScorerConfig:
                      "guard_nodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.guard_nodes >= self.pool_size:
+            raise ValueError(f"guard_nodes ({self.guard_nodes}) must be below pool_size ({self.pool_size}): cut to the "
+                             "whole pool, every scorer selects the same tree and the guard compares nothing; "
+                             "raise --pool-size or lower --guard-nodes")
         if self.eval_prompts < 0 or self.prompt_seed < 0 or self.seed < 0:
             raise ValueError("eval_prompts, prompt_seed and seed must be >= 0")
         if self.block_len is not None and self.block_len < 1:
