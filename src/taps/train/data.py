@@ -135,7 +135,9 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     if follow_up is not None:
         if Path(follow_up).resolve() == Path(out_path).resolve():
             raise ValueError(f"{out_path} cannot hold the follow-ups of its own first turns: choose another --out")
-        first_settings = _first_turn_settings(follow_up, target_name, mix)
+        if mix is not None:
+            raise ValueError("a mix chooses first-turn prompts; follow-ups continue the first-turn file's: drop --mix")
+        first_settings = _first_turn_settings(follow_up, target_name)
         del settings["mix"]
         settings["follow_up"] = {"file": Path(follow_up).name, "settings": first_settings}
     if temperature > 0:  # greedy files, made before sampling existed, pin no temperature
@@ -229,10 +231,8 @@ def generate_data(target_name: str, out_path: str | os.PathLike, n_prompts: int,
     return GenDataResult(store.path, n_prompts, generated, tokens)
 
 
-def _first_turn_settings(path: str | os.PathLike, target_name: str, mix: dict | None) -> dict:
+def _first_turn_settings(path: str | os.PathLike, target_name: str) -> dict:
     """The settings of a first-turn file for follow-ups, once it is one, for this target."""
-    if mix is not None:
-        raise ValueError("a mix chooses first-turn prompts; follow-ups continue the first-turn file's: drop --mix")
     if not Path(path).is_file():
         raise ValueError(f"no first-turn file {path}: make it with `taps gen-data` first")
     first = read_settings(path)

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from taps.assets import DTYPES
-from taps.train.prompts import parse_mix
 from taps.scorer import (
     EdgeFeatures,
     EdgeScorer,
@@ -51,6 +50,7 @@ from taps.scorer import (
     scorer_loss,
     train_step,
 )
+from taps.train.prompts import parse_mix
 from taps.train.traces import (  # noqa: F401  the recording half, re-exported
     TRACE_DIR,
     Trace,
@@ -68,8 +68,8 @@ if TYPE_CHECKING:
 
 SCORER_DIR = "scorer"  # EdgeScorer.save layout
 LOG_FILE = "log.jsonl"  # one line per epoch
-RECORD_FIELDS = ("target", "drafter", "block_len", "prompt_seed", "prompt_mix", "chat_template", "temperature", "top_k", "top_p",
-                 "max_new_tokens", "k", "pool_size", "lookup", "dtype", "seed")
+RECORD_FIELDS = ("target", "drafter", "block_len", "prompt_seed", "prompt_mix", "chat_template", "temperature",
+                 "top_k", "top_p", "max_new_tokens", "k", "pool_size", "lookup", "dtype", "seed")
 
 
 @dataclass(frozen=True)
