@@ -132,7 +132,8 @@ def test_train_scorer_checks_eval_prompts_before_recording(tmp_path, capsys):
     assert "--eval-prompts 3 holds out all 3 prompts" in err and not out.exists()
 
 
-def test_train_drafter_refused_after_loading_leaves_no_out_folder(tmp_path, capsys):
+def test_train_drafter_refused_after_loading_leaves_no_out_folder(smollm2, tmp_path, capsys):
+    # smollm2: the model is fetched before (a first fetch prints its progress bars on stderr)
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"ids": list(range(3, 40))}) + "\n" for _ in range(12)))
     out = tmp_path / "run"
