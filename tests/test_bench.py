@@ -25,7 +25,7 @@ RECORD_FIELDS = {
 
 def config(limit=3):
     return bench.BenchConfig(drafter="oracle", methods=METHODS, limit=limit, temperatures=(0.0, 1.0),
-                             budgets=(4, 16), max_new_tokens=MAX_NEW)  # fmt: skip
+                             budgets=(4, 16), max_new_tokens=MAX_NEW, dtype="bfloat16")  # fmt: skip
 
 
 class FakeSession:
@@ -296,7 +296,7 @@ def test_a_rerun_with_a_setting_that_changes_numbers_is_refused_naming_it(harnes
     # what only selects records stays free: more prompts, methods, budgets, temperatures run the new records
     more = harness(FakeRunner())
     wider = bench.BenchConfig(drafter="oracle", methods=(*METHODS, "taps"), limit=2, temperatures=(0.0, 0.5),
-                              budgets=(4, 8), max_new_tokens=MAX_NEW)  # fmt: skip
+                              budgets=(4, 8), max_new_tokens=MAX_NEW, dtype="bfloat16")  # fmt: skip
     assert len(bench.run_bench(wider, out, progress=False)) == len(bench.plan(wider))
     wanted = {(p.dataset, p.id, m, b, t) for p, t, m, b in bench.plan(wider)}
     assert len(more.recorded) == len(wanted - set(keys(records))) > 0 and first.recorded

@@ -170,3 +170,16 @@ def test_ctrl_c_is_one_line_and_status_130(when):
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err.decode().strip().splitlines()[-1] == "taps: interrupted", err.decode()
     assert b"Traceback" not in err
+
+
+def test_bfloat16_work_on_a_cpu_without_its_kernels_is_warned_before_it_starts(tmp_path, capsys, monkeypatch):
+    import taps.linear
+
+    argv = ["gen-data", "--target", "/no/such/target", "--out", str(tmp_path / "d.jsonl"), "--prompts", "1",
+            "--dtype", "bfloat16"]
+    for native in (False, True):
+        monkeypatch.setattr(taps.linear, "bf16_native", lambda native=native: native)
+        assert main(argv) == 2
+        *warnings, error = capsys.readouterr().err.splitlines()
+        assert any("taps: warning: this CPU has no native bfloat16 kernels" in w for w in warnings) != native
+        assert error.startswith("taps: error: ") and "/no/such/target" in error

@@ -315,6 +315,24 @@ def test_a_grown_drafter_with_a_draft_vocabulary_trains_saves_and_decodes_lossle
             assert res.token_ids == ref, (quant, method)
 
 
+def test_saving_under_a_packaged_base_name_asks_no_hub_and_keeps_the_mask_row(tmp_path):
+    """A packaged name (no folder of that name here) as the base: peft's "auto" embedding check would
+    query the hub for its config.json and warn; the trained mask row is saved all the same."""
+    from safetensors.torch import load_file
+
+    cfg = GrownConfig("qwen2.5-coder-0.5b", MASK, block_size=4)
+    peft_model = add_adapters(tiny_model("qwen2", seed=1), cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "trainable_tokens" in name:
+                p.fill_(0.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_grown(peft_model, cfg, tmp_path / "d", TargetInfo("t", 96, 64, 3))
+    saved = load_file(tmp_path / "d" / "adapter_model.safetensors")
+    assert any("trainable_tokens" in k and torch.all(v == 0.25) for k, v in saved.items()), list(saved)
+
+
 def test_a_draft_vocabulary_given_afterwards_renormalises_the_drafters_marginals(tmp_path, folders, target):
     base = tiny_model("qwen2", seed=1)
     cfg = GrownConfig(str(folders / "base"), MASK, block_size=4)

@@ -11,6 +11,7 @@ from taps.linear import (
     PackedOneDNNLinear,
     bf16_native,
     current_linear,
+    default_dtype,
     linear_backend,
     linear_in_use,
     onednn_available,
@@ -82,3 +83,15 @@ def test_backend_choice_is_validated(monkeypatch):
         current_linear()
     with pytest.raises(ValueError, match="unknown linear backend"):
         use_linear(torch.nn.Linear(2, 2), "blas")
+
+
+def test_the_default_dtype_is_bfloat16_only_where_it_runs_natively(monkeypatch):
+    import taps.linear
+    from taps.bench import BenchConfig
+
+    for native, dtype in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(taps.linear, "bf16_native", lambda native=native: native)
+        assert default_dtype() == default_dtype("cpu") == dtype
+        assert default_dtype("cuda") == "bfloat16"  # accelerators have bfloat16 kernels
+        assert BenchConfig().dtype == dtype  # resolved on creation: records name the dtype that ran
+        assert BenchConfig(dtype="bfloat16").dtype == "bfloat16"

@@ -26,7 +26,7 @@ from taps.decode import default_stop_ids
 from taps.drafters import drafter_kind, shipped_drafter, shipped_scorer
 from taps.drafters.dflash import as_transformers_assistant, read_dflash
 from taps.engine import Speculator, load
-from taps.linear import linear_in_use
+from taps.linear import default_dtype, linear_in_use
 from taps.methods import Method
 from taps.quantize import check_scheme, load_dtype, quantize_linears
 from taps.records import KEY_FIELDS, LLAMA_CPP_PEERS, RecordFile, Run, bench_record, portable_name, record_key
@@ -84,7 +84,7 @@ class BenchConfig:
     temperatures: tuple[float, ...] = (0.0,)  # each prompt runs at each temperature
     budgets: tuple[int, ...] = (16,)  # tree budgets for speculative methods given without :B (ar and peers: none)
     max_new_tokens: int = 128  # per turn
-    dtype: str = "bfloat16"  # bfloat16 is the speed dtype on CPU; float32 for exactness
+    dtype: str | None = None  # None: taps.linear.default_dtype (bfloat16 where native, else float32); float32 is exact
     seed: int = 0  # the same sampling seed for every method on a given prompt
     spec_bench: str | None = None  # path of a Spec-Bench question.jsonl (None: the copy taps ships)
     categories: tuple[str, ...] = ()  # keep only these categories (empty = all)
@@ -127,6 +127,8 @@ class BenchConfig:
         return list(dict.fromkeys(pairs))
 
     def __post_init__(self):
+        if self.dtype is None:  # resolved here, so records and the pinned settings name the dtype that ran
+            object.__setattr__(self, "dtype", default_dtype(self.device))
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
         names = [parse_entry(entry)[0] for entry in self.methods]

@@ -156,7 +156,9 @@ def _add_load_options(p, drafter_help: str) -> None:
     p.add_argument("--drafter", default=None, help=drafter_help)
     p.add_argument("--verbose", action="store_true", help="log what loading decides (profile, kernels) and show "
                                                          "transformers' progress bars")
-    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16", help="bfloat16 (fast, default) or float32 (exact)")
+    p.add_argument("--dtype", choices=list(DTYPES), default=None,
+                   help="bfloat16 (fast where the CPU has native bfloat16 kernels) or float32 (exact); default: "
+                        "bfloat16 on such CPUs (avx512_bf16, AMX) and GPUs, else float32")
     p.add_argument("--device", default=None, help="cpu (default), cuda, mps, ...: where the models run")
     p.add_argument("--linear", choices=list(BACKENDS), default=None,
                    help="CPU linear kernel (default: $TAPS_LINEAR, else onednn where this PyTorch has it)")
@@ -375,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the parser too: building it imports torch, seconds in which Ctrl-C is likely
         args = (_report_parser() if argv[:1] == ["report"] else build_parser()).parse_args(argv)
         _check_text(args)
+        if getattr(args, "dtype", "") is None:  # the load options' default: this machine's speed dtype
+            from taps.linear import default_dtype
+
+            args.dtype = default_dtype(args.device)
         return args.func(args)
     except (ValueError, OSError, *_asset_errors()) as err:  # our own clear errors: print them, not a traceback
         message = "; ".join(line for line in str(err).splitlines() if line.strip()) or type(err).__name__

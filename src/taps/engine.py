@@ -72,8 +72,9 @@ def load(
         a model folder or hub id, or a loaded `transformers` model: its own greedy path drafts,
         no training), a loaded `Drafter`, or None: the drafter taps ships for a packaged target.
     method: `NAME[+OPTION...]` (taps.methods); budget: most drafted nodes per round (None: the
-        method's default). dtype: "float32" (exact) or "bfloat16" (default for names; a loaded
-        model keeps its own). device: "cpu", "cuda", "mps" (default: the model's, else cpu).
+        method's default). dtype: "float32" (exact) or "bfloat16" (for names, default:
+        `taps.linear.default_dtype`, bfloat16 where the CPU has native kernels or on a GPU, else
+        float32; a loaded model keeps its own). device: "cpu", "cuda", "mps" (default: the model's, else cpu).
     profile: a LatencyProfile or its JSON path (None: the one `taps profile` saved for this target,
         dtype and kernel, else the stated default, said at log level INFO). scorer: an edge scorer, its folder, False for
         plain marginals, None for the drafter's own (taps only).
@@ -94,6 +95,7 @@ def load(
     from taps.assets import DTYPES, MODELS, load_model, packaged_name
     from taps.files import check_weights
     from taps.hub import hub_snapshot, is_hub_id
+    from taps.linear import default_dtype
     from taps.quantize import check_scheme
     from taps.weightonly import check_target_quant, quantize_weights
 
@@ -124,7 +126,7 @@ def load(
         torch.set_flush_denormal(True)
     if isinstance(target, str):
         name = target
-        dtype = dtype or "bfloat16"
+        dtype = dtype or default_dtype(device)
         model, tok = load_model(target, dtype=DTYPES[dtype], linear=linear, device=device, verbose=verbose)
     else:  # a loaded model: named by its packaged name when it came from taps' cache (its shipped drafter follows)
         path = getattr(target, "name_or_path", "")

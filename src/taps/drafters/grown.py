@@ -223,7 +223,10 @@ def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: Ta
     # name the base as the user gave it (a packaged name), not the cache folder it was loaded from
     for adapter in peft_model.peft_config.values():
         adapter.base_model_name_or_path = cfg.base
-    peft_model.save_pretrained(folder)
+    # the base's vocabulary is never resized (the mask row is peft's trainable token, saved on its
+    # own): peft's "auto" would ask the hub for the base's config.json to find that out, and warn
+    # offline or for a packaged name
+    peft_model.save_pretrained(folder, save_embedding_layers=False)
     if vocab is not None:
         _write_vocabulary(folder, vocab)
     _write_description(folder, cfg, asdict(info))
