@@ -13,3 +13,5 @@ for dt in float32 bfloat16; do
         --limit 3 --max-new-tokens 64 --dtype $dt --drafter-quant int8 --out $OUT/q15-$dt.jsonl
 done
 .venv/bin/python $OUT/rows.py qwen2.5-coder-1.5b 1,8,32,256 >> $OUT/rows.jsonl
+.venv/bin/python $OUT/decode.py smollm2-135m 32 3 >> $OUT/decode.jsonl
+.venv/bin/python $OUT/decode.py qwen2.5-coder-1.5b 16 2 >> $OUT/decode.jsonl
