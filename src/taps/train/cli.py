@@ -225,7 +225,8 @@ def _add_gen_data(sub) -> None:
                    help=f"prompts per call: per left-padded generate call ({BATCH_SIZES['transformers']}), or per "
                         f"call of vLLM's engine, which batches them itself ({BATCH_SIZES['vllm']}); the file grows "
                         "by one call's answers")
-    d.add_argument("--dtype", choices=list(DTYPES), default="float32", help="float32 (default) or bfloat16 (faster where the CPU has native bfloat16 kernels)")
+    d.add_argument("--dtype", choices=list(DTYPES), default="float32",
+                   help="float32 (default) or bfloat16 (faster where the CPU has native bfloat16 kernels)")
     d.add_argument("--seed", type=SEED, default=0, help="which training prompts, in which order, and the draws (0)")
     d.add_argument("--temperature", type=bounded(float, 0.0, 100.0), default=0.0,
                    help="0: greedy answers (default); > 0: answers sampled at this temperature, so the drafter "
