@@ -285,7 +285,8 @@ def test_a_rerun_with_a_setting_that_changes_numbers_is_refused_naming_it(harnes
         rerun = harness(FakeRunner())
         cfg = bench.BenchConfig(**{**config(limit=1).__dict__, name: value})
         # another setting may change with it: float32 runs oneDNN where bfloat16 (not native) runs torch's
-        with pytest.raises(ValueError, match=rf"other settings \((.*; )?{name}: [^;]* in the file, {value!r} now[;)].*another --out"):
+        refused = rf"other settings \((.*; )?{name}: [^;]* in the file, {value!r} now[;)].*another --out"
+        with pytest.raises(ValueError, match=refused):
             bench.run_bench(cfg, out, progress=False)
         assert rerun.recorded == [] and out.read_bytes() == before  # refused before any model or write
     questions = tmp_path / "questions.jsonl"
