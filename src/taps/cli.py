@@ -80,7 +80,7 @@ def _generate(args) -> int:
     drafter = spec.drafter_name if spec.drafter is not None else None
     if args.json:
         record = result.to_dict()
-        record.update(target=args.target, drafter=drafter, dtype=args.dtype)
+        record.update(target=args.target, drafter=drafter, dtype=spec.target.dtype_name)
         print(json.dumps(record))
         return 0
     if not args.stream:
@@ -191,7 +191,8 @@ def _profile(args) -> int:
 
     spec = _load(args, "chain")  # loads the target and its drafter; the profile times both
     profile = measure_profile(spec.target, spec.drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
-    out = Path(args.out) if args.out else profile_path(args.target, args.dtype, args.linear, args.drafter_quant,
+    # the dtype taps.load chose (--dtype, else taps.linear.default_dtype), as the profile measured it
+    out = Path(args.out) if args.out else profile_path(args.target, profile.info.dtype, args.linear, args.drafter_quant,
                                                        args.target_quant)
     out.parent.mkdir(parents=True, exist_ok=True)
     profile.save(out)
@@ -377,10 +378,6 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the parser too: building it imports torch, seconds in which Ctrl-C is likely
         args = (_report_parser() if argv[:1] == ["report"] else build_parser()).parse_args(argv)
         _check_text(args)
-        if getattr(args, "dtype", "") is None:  # the load options' default: this machine's speed dtype
-            from taps.linear import default_dtype
-
-            args.dtype = default_dtype(args.device)
         return args.func(args)
     except (ValueError, OSError, *_asset_errors()) as err:  # our own clear errors: print them, not a traceback
         message = "; ".join(line for line in str(err).splitlines() if line.strip()) or type(err).__name__

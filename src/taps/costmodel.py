@@ -423,7 +423,7 @@ def measure_profile(
     verify = tuple(statistics.fmean(col) for col in zip(*verify_rows))
     info = ProfileInfo(
         target=portable_name(target.config._name_or_path) or target.config.model_type,
-        dtype=str(target.dtype).removeprefix("torch."),
+        dtype=target.dtype_name,
         cpu=cpu_name(),
         torch=torch.__version__,
         threads=torch.get_num_threads(),

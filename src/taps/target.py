@@ -61,6 +61,11 @@ class Target:
         return self.model.dtype
 
     @property
+    def dtype_name(self) -> str:
+        """The dtype as users name it ("bfloat16"): the name in records, profiles and their paths."""
+        return str(self.dtype).removeprefix("torch.")
+
+    @property
     def device(self) -> torch.device:
         """Where the model's weights are: every tensor the loop makes for it is made there."""
         return self.model.device
