@@ -16,6 +16,7 @@ from taps.drafters.grown import (
     add_adapters,
     block_layout,
     block_logits,
+    masks_block_logits,
     masks_only,
     read_grown,
     save_grown,
@@ -99,6 +100,33 @@ def test_one_pass_training_forward_equals_inference(target, sequences, vocab):
     for i, a in enumerate(anchors.tolist()):
         q = drafter.draft(ids[: a + 1], None)  # the cache grows round by round, as in decoding
         torch.testing.assert_close(q, probs[i, 1:], atol=2e-5, rtol=1e-4)
+
+
+def test_activated_adapters_train_on_a_cached_context_with_the_one_forwards_logits_and_gradients(sequences):
+    """adapt="masks" trains in two forwards (the context without autograd, then the masks against its
+    cache): the same logits and the same adapter gradients as the one forward over the layout."""
+    cfg = GrownConfig("base", MASK, block_size=6, adapt="masks")
+    peft_model = add_adapters(tiny_model("qwen2", seed=1), cfg)
+    with torch.no_grad():  # adapters start at zero: make them matter
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name or "trainable_tokens" in name:
+                p.normal_(0, 0.05)
+    ids = sequences[0]
+    layout = block_layout(torch.tensor(ids), torch.tensor([0, 3, 9, 20, len(ids) - 2]), 6, MASK)
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    lm = peft_model.get_base_model()
+    with masks_only(peft_model, cfg, len(layout.input_ids) - layout.context):
+        one = block_logits(lm.model, lm.lm_head, layout)  # [N, 6, 96]
+    want = torch.autograd.grad(one.logsumexp(-1).sum(), params)
+    two = masks_block_logits(peft_model, cfg, layout)
+    torch.testing.assert_close(two, one, atol=2e-5, rtol=1e-4)
+    got = torch.autograd.grad(two.logsumexp(-1).sum(), params)
+    assert any(g.abs().max() > 1e-3 for g in want)  # the adapters do move the loss
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-4)
+    # control: the masks with the adapters acting on the context too would differ
+    with masks_only(peft_model, cfg, len(layout.input_ids)):
+        assert not torch.allclose(block_logits(lm.model, lm.lm_head, layout), one, atol=1e-3)
 
 
 def config(tmp_path, folders, data_file, **kw) -> TrainDrafterConfig:

@@ -7,7 +7,10 @@
 # The run folder lives under the taps home, not in the checkout: a checkout can be replaced between
 # sessions (session 18's runs/ was lost that way), the taps home stays. Resumable: rerun the same
 # command to continue from its state.pt (saved every 25 steps).
-#     results/drafter-distill/train-grown-mixed.sh [l12|masks]
+#     [DTYPE=float32] [MAX_STEPS=N] results/drafter-distill/train-grown-mixed.sh [l12|masks]
+# DTYPE: bfloat16 (default) where the CPU has native bf16 kernels, float32 elsewhere (README).
+# MAX_STEPS cuts the schedule to what one session's machine trains (README: a run's state does not
+# survive a change of machine); the run folder then names the dtype and the steps.
 # masks: the adapters act on the mask rows only (peft's activated LoRA, --adapt masks), so the
 # root's row and the context's cache stay the 0.5B's (README: slot 1 fell in the runs without it).
 # l12: the cheaper draft (docs/method.md 2.3): 12 of the 0.5B's 24 layers and a head of the data's
@@ -23,10 +26,12 @@ case "$VARIANT" in
     masks) EXTRA=(--adapt masks) ;;
     *) echo "train-grown-mixed.sh: unknown variant '$VARIANT' (give none, l12 or masks)" >&2; exit 2 ;;
 esac
-RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-grown-mixed${VARIANT:+-$VARIANT}
+DTYPE=${DTYPE:-bfloat16}
+NAME=grown-mixed${VARIANT:+-$VARIANT}${MAX_STEPS:+-$DTYPE-$MAX_STEPS}
+RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-$NAME
 .venv/bin/taps train-drafter --target qwen2.5-coder-1.5b --kind grown --base qwen2.5-coder-0.5b \
     --data $D/distill-vllm-bf16.jsonl $D/distill-vllm-chat-bf16.jsonl --out "$RUN" \
     --mask-token-id 151662 --block-size 8 --lora-rank 16 --anchors-per-sequence 24 --max-seq-len 512 \
     --epochs 1 --lr 5e-4 --eval-sequences 16 --eval-every 50 --save-every 25 --scorer-prompts 0 \
-    --dtype bfloat16 --no-progress "${EXTRA[@]}"
-cp "$RUN/log.jsonl" results/drafter-distill/grown-mixed${VARIANT:+-$VARIANT}-train_log.jsonl
+    --dtype "$DTYPE" ${MAX_STEPS:+--max-steps "$MAX_STEPS"} --no-progress "${EXTRA[@]}"
+cp "$RUN/log.jsonl" results/drafter-distill/$NAME-train_log.jsonl
