@@ -7,12 +7,17 @@
 # compares nothing: session 20 saw 2.463 against 2.469; now refused), 64 new tokens a prompt,
 # bfloat16 (labels from the bfloat16 target: a scorer only ranks nodes, the target still verifies
 # every one). Traces are recorded once and reused.
-#     results/drafter-distill/scorer.sh RUN STEP    (the snapshot $TAPS_HOME/runs/grown-RUN-STEP)
+#     [DTYPE=float32] [PROMPTS=N] results/drafter-distill/scorer.sh RUN STEP
+# (the snapshot $TAPS_HOME/runs/grown-RUN-STEP). DTYPE: bfloat16 (default) where the CPU has
+# native bf16 kernels, float32 elsewhere; PROMPTS (default 48, 8 of them held out) fits the
+# recording to a slower machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${TAPS_HOME:-$HOME/.cache/taps}/runs
 SNAPSHOT=$RUNS/grown-$1-$2
 [ -d "$SNAPSHOT" ] || { echo "scorer.sh: no snapshot $SNAPSHOT: run chain.sh $1 $2 first" >&2; exit 2; }
-.venv/bin/taps train-scorer --target qwen2.5-coder-1.5b --drafter "$SNAPSHOT" --out "$RUNS/scorer-$1-$2" \
-    --prompts 48 --eval-prompts 8 --prompt-mix code-write=0.2,code-explain=0.15,math=0.2,general=0.2,chat=0.25 \
-    --max-new-tokens 64 --pool-size 96 --dtype bfloat16 --no-progress
+DTYPE=${DTYPE:-bfloat16} PROMPTS=${PROMPTS:-48}
+OUT=$RUNS/scorer-$1-$2-$DTYPE-p$PROMPTS
+.venv/bin/taps train-scorer --target qwen2.5-coder-1.5b --drafter "$SNAPSHOT" --out "$OUT" \
+    --prompts "$PROMPTS" --eval-prompts 8 --prompt-mix code-write=0.2,code-explain=0.15,math=0.2,general=0.2,chat=0.25 \
+    --max-new-tokens 64 --pool-size 96 --dtype "$DTYPE" --no-progress
