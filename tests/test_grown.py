@@ -343,7 +343,7 @@ def test_a_grown_drafter_with_a_draft_vocabulary_trains_saves_and_decodes_lossle
             assert res.token_ids == ref, (quant, method)
 
 
-def test_saving_under_a_packaged_base_name_asks_no_hub_and_keeps_the_mask_row(tmp_path):
+def test_saving_under_a_packaged_base_name_asks_no_hub_keeps_the_mask_row_and_writes_no_blank_card(tmp_path):
     """A packaged name (no folder of that name here) as the base: peft's "auto" embedding check would
     query the hub for its config.json and warn; the trained mask row is saved all the same."""
     from safetensors.torch import load_file
@@ -359,6 +359,11 @@ def test_saving_under_a_packaged_base_name_asks_no_hub_and_keeps_the_mask_row(tm
         save_grown(peft_model, cfg, tmp_path / "d", TargetInfo("t", 96, 64, 3))
     saved = load_file(tmp_path / "d" / "adapter_model.safetensors")
     assert any("trainable_tokens" in k and torch.all(v == 0.25) for k, v in saved.items()), list(saved)
+    assert not (tmp_path / "d" / "README.md").exists()  # no blank peft model card naming this machine's folders
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "README.md").write_text("mine\n")
+    save_grown(peft_model, cfg, tmp_path / "e", TargetInfo("t", 96, 64, 3))
+    assert "mine" in (tmp_path / "e" / "README.md").read_text()  # a card of the user's own stays (peft adds to it)
 
 
 def test_a_draft_vocabulary_given_afterwards_renormalises_the_drafters_marginals(tmp_path, folders, target):

@@ -250,7 +250,11 @@ def save_grown(peft_model, cfg: GrownConfig, folder: str | os.PathLike, info: Ta
     # the base's vocabulary is never resized (the mask row is peft's trainable token, saved on its
     # own): peft's "auto" would ask the hub for the base's config.json to find that out, and warn
     # offline or for a packaged name
+    card = folder / "README.md"
+    had_card = card.exists()
     peft_model.save_pretrained(folder, save_embedding_layers=False)
+    if not had_card:  # peft's blank model card, which names the base by this machine's path
+        card.unlink(missing_ok=True)
     if vocab is not None:
         _write_vocabulary(folder, vocab)
     _write_description(folder, cfg, asdict(info))
