@@ -115,7 +115,7 @@ def test_activated_adapters_train_on_a_cached_context_with_the_one_forwards_logi
     layout = block_layout(torch.tensor(ids), torch.tensor([0, 3, 9, 20, len(ids) - 2]), 6, MASK)
     params = [p for p in peft_model.parameters() if p.requires_grad]
     lm = peft_model.get_base_model()
-    with masks_only(peft_model, cfg, len(layout.input_ids) - layout.context):
+    with masks_only(peft_model, cfg, layout.masks):
         one = block_logits(lm.model, lm.lm_head, layout)  # [N, 6, 96]
     want = torch.autograd.grad(one.logsumexp(-1).sum(), params)
     two = masks_block_logits(peft_model, cfg, layout)

@@ -172,6 +172,11 @@ class BlockLayout:
     mask: torch.Tensor  # [Q, Q] bool, True = may attend
     rows: torch.Tensor  # [N, block] row of Q whose logits predict slot k (slot 0, the root itself: any row)
 
+    @property
+    def masks(self) -> int:
+        """The mask rows, which follow the context's."""
+        return len(self.input_ids) - self.context
+
 
 def block_layout(ids: torch.Tensor, anchors: torch.Tensor, block_size: int, mask_token_id: int) -> BlockLayout:
     S, n, m = ids.shape[0], anchors.shape[0], block_size - 2  # m masks per block (slots 2..L)
@@ -215,7 +220,7 @@ def masks_block_logits(peft_model, cfg: GrownConfig, layout: BlockLayout) -> tor
     block 8, float32, 2-core AMD EPYC with AVX2): forward and backward of a sequence 11.3 s in one
     forward, 7.9 s in two."""
     lm = peft_model.get_base_model()
-    S, masks = layout.context, len(layout.input_ids) - layout.context
+    S, masks = layout.context, layout.masks
     cache = DynamicCache(config=lm.config)
     with torch.no_grad(), masks_only(peft_model, cfg, 0):
         hidden = lm.model(input_ids=layout.input_ids[None, :S], position_ids=layout.position_ids[None, :S],
