@@ -2,6 +2,7 @@
 runs, settings pinned per results file, question files checked whole, and summaries recomputed
 from the raw records."""
 
+import dataclasses
 import json
 
 import pytest
@@ -115,6 +116,41 @@ def test_a_larger_config_runs_only_what_is_missing(harness, tmp_path):
     records = bench.run_bench(config(limit=3), out, progress=False)
     assert {pid for pid, *_ in more.recorded} == {"HumanEval/2"}
     assert len(records) == len(set(keys(records))) == len(bench.plan(config(limit=3)))
+
+
+def test_configs_side_by_side_interleave_job_by_job_each_into_its_own_file(harness, tmp_path):
+    """Two drafters of one target: each job runs under one drafter, then the other, before the next
+    job; each file holds its own drafter's records and resumes on its own; plans must match."""
+    order = []
+
+    def runner(session, prompt, temperature, method, budget, max_new):
+        if max_new == MAX_NEW:
+            order.append((session.cfg.drafter, prompt.id, method, budget, temperature))
+        return FakeRunner()(session, prompt, temperature, method, budget, max_new)
+
+    harness(runner)
+    cfgs = [config(limit=2), dataclasses.replace(config(limit=2), drafter="noisy")]
+    outs = [tmp_path / "oracle.jsonl", tmp_path / "noisy.jsonl"]
+    bench.run_bench(cfgs[1], outs[1], progress=False)  # the second file is already complete
+    order.clear()
+    bench.run_bench(cfgs[0], outs[0].with_name("other.jsonl"), progress=False)
+    jobs = [key for _, *key in order]
+    order.clear()
+    oracle, noisy = bench.run_side_by_side(list(zip(cfgs, outs)), progress=False)
+    assert [key for _, *key in order] == jobs and {d for d, *_ in order} == {"oracle"}  # noisy's file was done
+    outs[1].unlink()
+    order.clear()
+    oracle, noisy = bench.run_side_by_side(list(zip(cfgs, outs)), progress=False)
+    assert order == [("noisy", *key) for key in jobs]
+    outs[0].unlink()
+    outs[1].unlink()
+    order.clear()
+    oracle, noisy = bench.run_side_by_side(list(zip(cfgs, outs)), progress=False)
+    assert order == [(d, *key) for key in jobs for d in ("oracle", "noisy")]
+    assert keys(oracle) == keys(noisy) == keys(read_records(outs[0]))
+    assert {r["drafter"] for r in noisy} == {None, "noisy"} and {r["drafter"] for r in oracle} == {None, "oracle"}
+    with pytest.raises(ValueError, match="same prompts, temperatures, methods and budgets"):
+        bench.run_side_by_side([(cfgs[0], outs[0]), (config(limit=3), tmp_path / "more.jsonl")], progress=False)
 
 
 def test_records_carry_every_field_with_the_drafter_only_on_speculative_methods(harness, tmp_path):

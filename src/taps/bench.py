@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -425,23 +425,37 @@ def run_job(session: Session, prompt: Prompt, temperature: float, method: str, b
 
 def run_bench(cfg: BenchConfig, out: Path, progress: bool = True) -> list[dict]:
     """Run what is missing from `out`, append it, and return all records of this config's plan."""
+    return run_side_by_side([(cfg, out)], progress)[0]
+
+
+def run_side_by_side(benches: Sequence[tuple[BenchConfig, Path]], progress: bool = True) -> list[list[dict]]:
+    """Several configs over the same plan (prompts, temperatures, methods), each with its own
+    session and records file, interleaved job by job: e.g. two drafters of one target, whose runs
+    then pair prompt by prompt under the same machine load. Per config as `run_bench`: what is
+    missing from its file is run and appended; returns each config's records of its plan."""
     from tqdm import tqdm
 
-    jobs = plan(cfg)
-    store = RecordFile.open(out, file_settings(cfg), required=KEY_FIELDS)
-    done = {record_key(r) for r in store.records}
-    todo = [j for j in jobs if (j[0].dataset, j[0].id, j[2], j[3], j[1]) not in done]
+    plans = [plan(cfg) for cfg, _ in benches]
+    job_keys = [[(p.dataset, p.id, m, b, t) for p, t, m, b in jobs] for jobs in plans]
+    if any(keys != job_keys[0] for keys in job_keys):
+        raise ValueError("configs run side by side need the same prompts, temperatures, methods and budgets")
+    stores = [RecordFile.open(out, file_settings(cfg), required=KEY_FIELDS) for cfg, out in benches]
+    done = [{record_key(r) for r in store.records} for store in stores]
+    todo = [(i, j) for j, key in enumerate(job_keys[0]) for i in range(len(benches)) if key not in done[i]]
     if todo:
-        session = Session(cfg)
-        env = environment(cfg)
+        sessions = {i: Session(benches[i][0]) for i in dict.fromkeys(i for i, _ in todo)}
+        envs = {i: environment(benches[i][0]) for i in sessions}
         # warm-up: one short unrecorded run of every method (first calls pay for lazy init)
-        for method, budget, temperature in dict.fromkeys((j[2], j[3], j[1]) for j in todo):
-            run_job(session, todo[0][0], temperature, method, budget, max_new=8)
-        for prompt, temperature, method, budget in tqdm(todo, desc="bench", unit="run", disable=not progress):
-            run = run_job(session, prompt, temperature, method, budget, cfg.max_new_tokens)
-            store.append(bench_record(
+        for i, session in sessions.items():
+            mine = [plans[i][j] for k, j in todo if k == i]
+            for method, budget, temperature in dict.fromkeys((m, b, t) for _, t, m, b in mine):
+                run_job(session, mine[0][0], temperature, method, budget, max_new=8)
+        for i, j in tqdm(todo, desc="bench", unit="run", disable=not progress):
+            cfg, (prompt, temperature, method, budget) = benches[i][0], plans[i][j]
+            run = run_job(sessions[i], prompt, temperature, method, budget, cfg.max_new_tokens)
+            stores[i].append(bench_record(
                 dataset=prompt.dataset, prompt_id=prompt.id, category=prompt.category, method=method, budget=budget,
                 temperature=temperature, target=cfg.target, drafter=cfg.drafter_name if _speculative(method) else None,
-                run=run, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, env=env))
-    wanted = {(j[0].dataset, j[0].id, j[2], j[3], j[1]) for j in jobs}
-    return [r for r in store.records if record_key(r) in wanted]
+                run=run, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, env=envs[i]))
+    wanted = set(job_keys[0])
+    return [[r for r in store.records if record_key(r) in wanted] for store in stores]

@@ -490,7 +490,11 @@ class MaskRowAdapter(torch.nn.Module):
         y = self.base(x)  # [B, T, out]
         n = self.rows.n
         if n:  # the model's one dtype throughout (an int8 drafter runs float32 activations)
-            y[:, -n:] += x[:, -n:] @ self.a_t @ self.b_t  # [B, n, out]
+            # Per sequence, 2-D in place (mm, then addmm_ into y's rows): half the time of the 3-D
+            # `y[:, -n:] += x[:, -n:] @ a_t @ b_t`, whose second product ran as a broadcast bmm
+            # (168 adapted layers of the 0.5B, 6 mask rows: 32.6 -> 17.9 ms, 2-core AVX2 EPYC).
+            for x_seq, y_seq in zip(x, y):  # [T, in], [T, out]; a draft is one sequence
+                y_seq[-n:].addmm_(x_seq[-n:].mm(self.a_t), self.b_t)  # [n, out]
         return y
 
 

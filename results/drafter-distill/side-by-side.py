@@ -1,0 +1,56 @@
+"""Issue 22: is a candidate drafter faster end to end than the shipped one, not just better on tau?
+
+Both drafters in one process (taps.bench.run_side_by_side): per prompt and method the shipped
+drafter's run, then the candidate's, each session with its own copy of the target, its drafter's
+scorer and its own latency profile (`taps profile` with that drafter on this machine, made first),
+each into its own records file, so each file is an ordinary `taps bench` file (`taps report` reads
+it) and ar runs in both (its two medians show the machine's noise). Methods chain:7, ddtree:8 and
+taps:32 beside ar on the first 10 HumanEval problems and 10 MT-Bench questions (turn 1), T=0, at
+most 128 new tokens, drafters int8, the target in DTYPE (default: taps' default on this CPU,
+float32 where it has no native bfloat16). Resumable: a rerun runs what either file lacks.
+
+Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
+prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar.
+    [DTYPE=float32] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
+"""
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from taps.bench import BenchConfig, run_side_by_side
+from taps.drafters import shipped_drafter
+from taps.linear import default_dtype
+from taps.summary import median_speed_ratio, paired, ratio_interval, summarize
+
+TARGET = "qwen2.5-coder-1.5b"
+candidate, out = sys.argv[1], Path(sys.argv[2])
+dtype = os.environ.get("DTYPE") or default_dtype()
+out.mkdir(parents=True, exist_ok=True)
+drafters = {"shipped": shipped_drafter(TARGET), "candidate": candidate}
+for name, drafter in drafters.items():
+    profile = out / f"profile-{name}.json"
+    if not profile.exists():
+        subprocess.run([".venv/bin/taps", "profile", "--target", TARGET, "--drafter", drafter, "--dtype", dtype,
+                        "--drafter-quant", "int8", "--out", str(profile)], check=True)
+base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32"),
+                   datasets=("humaneval", "mt-bench"), turns=1, limit=10, max_new_tokens=128, dtype=dtype,
+                   drafter_quant="int8")
+cfgs = [replace(base, drafter=drafter, profile=str(out / f"profile-{name}.json")) for name, drafter in drafters.items()]
+shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
+
+rows = {(r["method"], r["dataset"]): r for r in summarize(shipped)}
+print(f"{'set':<10} {'method':<8} {'tau shipped':>11} {'tau cand.':>9} {'x ar shipped':>12} {'x ar cand.':>10}"
+      f"  candidate / shipped tokens/s")
+for row in summarize(cand):
+    method, dataset = row["method"], row["dataset"]
+    if method == "ar":
+        continue
+    pairs = paired([r for r in cand if r["method"] == method and r["dataset"] == dataset],
+                   [r for r in shipped if r["method"] == method and r["dataset"] == dataset])
+    low, high = ratio_interval(pairs)
+    old = rows[(method, dataset)]
+    print(f"{dataset:<10} {method:<8} {old['tau']:>11.2f} {row['tau']:>9.2f} {old['speedup_vs_ar']:>12.2f} "
+          f"{row['speedup_vs_ar']:>10.2f}  {median_speed_ratio(pairs):.3f} [{low:.3f}-{high:.3f}]")
