@@ -29,6 +29,7 @@ from taps.summary import median_speed_ratio, paired, ratio_interval, summarize
 TARGET = "qwen2.5-coder-1.5b"
 candidate, out = sys.argv[1], Path(sys.argv[2])
 dtype = os.environ.get("DTYPE") or default_dtype()
+limit = int(os.environ.get("LIMIT", 10))
 out.mkdir(parents=True, exist_ok=True)
 drafters = {"shipped": shipped_drafter(TARGET), "candidate": candidate}
 for name, drafter in drafters.items():
@@ -37,7 +38,7 @@ for name, drafter in drafters.items():
         subprocess.run([".venv/bin/taps", "profile", "--target", TARGET, "--drafter", drafter, "--dtype", dtype,
                         "--drafter-quant", "int8", "--out", str(profile)], check=True)
 base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32"),
-                   datasets=("humaneval", "mt-bench"), turns=1, limit=int(os.environ.get("LIMIT", 10)), max_new_tokens=128, dtype=dtype,
+                   datasets=("humaneval", "mt-bench"), turns=1, limit=limit, max_new_tokens=128, dtype=dtype,
                    drafter_quant="int8")
 cfgs = [replace(base, drafter=drafter, profile=str(out / f"profile-{name}.json")) for name, drafter in drafters.items()]
 shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
