@@ -190,6 +190,34 @@ def test_resume_continues_where_it_stopped(model, tmp_path, data_file):
         train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b")), model=model)
 
 
+def test_a_larger_max_steps_extends_a_finished_run(model, tmp_path, data_file):
+    """The run goes on from its step with its data order and optimizer; the learning rate restarts its warm-up
+    and decay over the added steps, and the extended run resumes like any other."""
+    first = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), max_steps=4), model=model)
+    assert first.step == 4 and first.total_steps == 4
+    with pytest.raises(ValueError, match="at step 4 already"):
+        train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), max_steps=3), model=model)
+    half = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), max_steps=10, stop_after_steps=6),
+                         model=model)
+    assert half.step == 6 and half.total_steps == 10
+    assert train_drafter(config(tmp_path, data_file, out=str(tmp_path / "b"), max_steps=10), model=model).step == 10
+    # the same extension in one go: same weights, so the stop at 6 kept the restarted schedule
+    train_drafter(config(tmp_path, data_file, out=str(tmp_path / "a"), max_steps=4), model=model)
+    train_drafter(config(tmp_path, data_file, out=str(tmp_path / "a"), max_steps=10), model=model)
+    a = torch.load(tmp_path / "a" / "state.pt", weights_only=True)
+    b = torch.load(tmp_path / "b" / "state.pt", weights_only=True)
+    assert a["step"] == b["step"] == 10 and a["schedule_start"] == b["schedule_start"] == 4
+    for name, tensor in a["drafter"].items():
+        assert torch.equal(tensor, b["drafter"][name]), name
+    log = [json.loads(x) for x in (tmp_path / "a" / "log.jsonl").read_text().splitlines()]
+    lr = {r["step"]: r["lr"] for r in log}
+    assert lr[4] == 0 and lr[8] > 0 and lr[10] == 0  # decayed, restarted, decayed again
+    # the control: a run of 10 steps from the start trains other weights
+    c = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "c"), max_steps=10), model=model)
+    c_state = torch.load(c.drafter_dir.parent / "state.pt", weights_only=True)
+    assert any(not torch.equal(t, c_state["drafter"][n]) for n, t in a["drafter"].items())
+
+
 def test_a_warm_start_on_more_data_begins_where_another_run_ended(model, tmp_path, data_file):
     first = train_drafter(config(tmp_path, data_file, out=str(tmp_path / "a")), model=model)
     more = tmp_path / "more.jsonl"

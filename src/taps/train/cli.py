@@ -108,8 +108,9 @@ TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every 
     "stop_after_steps": "end this run at this step (the schedule still spans all epochs); rerun to resume",
     "dtype": "the target's weights and the drafter's compute: float32 or bfloat16",
     "seed": "drafter init, held-out split, data order and anchors",
-    "max_steps": "cut the whole schedule (warm-up, decay) to N optimizer steps, for a time budget on much data "
-                 "(default: all epochs)",
+    "max_steps": "cut the whole schedule (warm-up, decay) to N optimizer steps, for a time budget on much data; "
+                 "another N on a resumed run extends it: the data order and optimizer go on, the learning rate warms "
+                 "up and decays again over the steps left (default: all epochs)",
     "init_from": "start from the weights another run folder trained (same kind and drafter options), e.g. to go "
                  "on with more --data, which a resumed run refuses; its schedule starts anew (default: none)",
 }

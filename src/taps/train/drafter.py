@@ -62,7 +62,7 @@ class TrainDrafterConfig:
     max_seq_len: int = 1024  # longer sequences are cut to their first max_seq_len tokens
     sequences_per_step: int = 1  # sequences whose gradients add up before one optimizer step
     epochs: int = 6  # passes over the training sequences (published: 6)
-    max_steps: int | None = None  # cut the schedule (warm-up, decay) to this many optimizer steps; None: all epochs
+    max_steps: int | None = None  # cut the schedule (warm-up, decay) to this many optimizer steps; None: all epochs; another on resume extends the run
     lr: float = 6e-4  # peak AdamW learning rate (published: 6e-4)
     warmup_fraction: float = 0.04  # share of all steps spent warming the learning rate up linearly (published: 4%)
     weight_decay: float = 0.01  # AdamW weight decay
@@ -342,8 +342,15 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(train) / cfg.sequences_per_step)
     total = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
-    warmup = max(1, round(cfg.warmup_fraction * total))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total, warmup))
+
+    def schedule(start: int) -> torch.optim.lr_scheduler.LambdaLR:
+        """Warm-up then decay to 0 at `total`, over the steps from `start` (0, or the step an extended run had reached)."""
+        span = total - start
+        warmup = max(1, round(cfg.warmup_fraction * span))
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s - start, span, warmup), last_epoch=start - 1)
+
+    schedule_start = 0
+    scheduler = schedule(schedule_start)
     anchor_rng = torch.Generator().manual_seed(cfg.seed)
     run_config = {k: v for k, v in asdict(cfg).items() if k not in RUN_FIELDS}
     data_hash = hashlib.sha256()  # of the files' bytes in order (one file: its own sha256, as before several)
@@ -356,16 +363,26 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
     if state_path.exists():
         state = torch.load(state_path, weights_only=True)
         changed = _changed(state["config"], run_config) + _changed(state["drafter_config"], asdict(trainee.spec))
-        if changed:
+        # another --max-steps alone extends (or cuts) the run: it goes on with its data order, anchors and
+        # optimizer, and the learning rate warms up and decays again over the steps from where it stands
+        extended = changed == ["max_steps"]
+        if extended and total <= state["step"]:
+            raise ValueError(f"{out} is at step {state['step']} already; give --max-steps above it to go on")
+        if changed and not extended:
             raise ValueError(
                 f"{out} holds a run with other settings ({', '.join(changed)} differ); "
                 "resume with the same settings or choose a new out folder"
             )
         trainee.module.load_state_dict(state["drafter"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
         anchor_rng.set_state(state["anchor_rng"])
         step, loss_sum, loss_n = state["step"], state["loss_sum"], state["loss_n"]
+        schedule_start = step if extended else state.get("schedule_start", 0)  # checkpoints from before extensions: 0
+        scheduler = schedule(schedule_start)  # sets the optimizer's rates: right for an extension only
+        if not extended:  # back to where the saved schedule stood
+            scheduler.load_state_dict(state["scheduler"])
+            for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr()):
+                group["lr"] = lr
         tokens = state.get("tokens", 0)  # checkpoints from before the count resume from 0
     elif cfg.init_from is not None:
         trainee.module.load_state_dict(_init_weights(Path(cfg.init_from), asdict(trainee.spec)), strict=False)
@@ -388,6 +405,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
             "drafter": trainable_state(trainee.module),
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "anchor_rng": anchor_rng.get_state(), "loss_sum": loss_sum, "loss_n": loss_n, "tokens": tokens,
+            "schedule_start": schedule_start,
         })
         training.save(trainee, out / DRAFTER_DIR)
 
