@@ -62,7 +62,8 @@ class TrainDrafterConfig:
     max_seq_len: int = 1024  # longer sequences are cut to their first max_seq_len tokens
     sequences_per_step: int = 1  # sequences whose gradients add up before one optimizer step
     epochs: int = 6  # passes over the training sequences (published: 6)
-    max_steps: int | None = None  # cut the schedule (warm-up, decay) to this many optimizer steps; None: all epochs; another on resume extends the run
+    # cut the schedule (warm-up, decay) to this many optimizer steps; None: all epochs; another on resume extends the run
+    max_steps: int | None = None
     lr: float = 6e-4  # peak AdamW learning rate (published: 6e-4)
     warmup_fraction: float = 0.04  # share of all steps spent warming the learning rate up linearly (published: 4%)
     weight_decay: float = 0.01  # AdamW weight decay
@@ -344,10 +345,11 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
     total = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
 
     def schedule(start: int) -> torch.optim.lr_scheduler.LambdaLR:
-        """Warm-up then decay to 0 at `total`, over the steps from `start` (0, or the step an extended run had reached)."""
+        """Warm-up, then decay to 0 at `total`, over the steps from `start`: 0, or the step an extended run stood at."""
         span = total - start
         warmup = max(1, round(cfg.warmup_fraction * span))
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s - start, span, warmup), last_epoch=start - 1)
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: lr_factor(s - start, span, warmup), last_epoch=start - 1)
 
     schedule_start = 0
     scheduler = schedule(schedule_start)
