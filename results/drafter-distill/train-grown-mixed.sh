@@ -7,10 +7,12 @@
 # The run folder lives under the taps home, not in the checkout: a checkout can be replaced between
 # sessions (session 18's runs/ was lost that way), the taps home stays. Resumable: rerun the same
 # command to continue from its state.pt (saved every 25 steps).
-#     [DTYPE=float32] [MAX_STEPS=N] results/drafter-distill/train-grown-mixed.sh [l12|masks]
+#     [DTYPE=float32] [MAX_STEPS=N [FROM=M]] results/drafter-distill/train-grown-mixed.sh [l12|masks]
 # DTYPE: bfloat16 (default) where the CPU has native bf16 kernels, float32 elsewhere (README).
 # MAX_STEPS cuts the schedule to what one session's machine trains (README: a run's state does not
-# survive a change of machine); the run folder then names the dtype and the steps.
+# survive a change of machine); the run folder then names the dtype and the steps. FROM=N (with
+# MAX_STEPS above N) starts the run as a copy of the same variant's MAX_STEPS=N run and extends it:
+# the data order and optimizer go on from step N, the learning rate warms up and decays again.
 # masks: the adapters act on the mask rows only (peft's activated LoRA, --adapt masks), so the
 # root's row and the context's cache stay the 0.5B's (README: slot 1 fell in the runs without it).
 # l12: the cheaper draft (docs/method.md 2.3): 12 of the 0.5B's 24 layers and a head of the data's
@@ -29,6 +31,9 @@ esac
 DTYPE=${DTYPE:-bfloat16}
 NAME=grown-mixed${VARIANT:+-$VARIANT}${MAX_STEPS:+-$DTYPE-$MAX_STEPS}
 RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-$NAME
+if [ -n "${FROM:-}" ] && [ ! -d "$RUN" ]; then
+    cp -r "${RUN%-$MAX_STEPS}-$FROM" "$RUN"
+fi
 .venv/bin/taps train-drafter --target qwen2.5-coder-1.5b --kind grown --base qwen2.5-coder-0.5b \
     --data $D/distill-vllm-bf16.jsonl $D/distill-vllm-chat-bf16.jsonl --out "$RUN" \
     --mask-token-id 151662 --block-size 8 --lora-rank 16 --anchors-per-sequence 24 --max-seq-len 512 \
