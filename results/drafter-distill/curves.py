@@ -18,6 +18,8 @@ LOGS = {
     "grown on code + chat answers: 12 of 24 layers, 16,384-id head": HERE / "grown-mixed-l12-train_log.jsonl",
     "grown on code + chat answers: adapters on the masks only": HERE / "grown-mixed-masks-train_log.jsonl",
     "the same, float32, a 400-step schedule": HERE / "grown-mixed-masks-float32-400-train_log.jsonl",
+    "the same, extended at step 400 to 1,000 (learning rate restarted)":
+        HERE / "grown-mixed-masks-float32-1000-train_log.jsonl",
 }
 
 
