@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import Bbox
 
 from taps.summary import distinct, machine_label, set_rows
@@ -221,7 +221,10 @@ def plot_learning_curves(runs: dict[str, tuple[list[dict], float]], path: Path) 
         tokens = [r["step"] * per_step for r in evals]
         for slot in range(len(evals[-1]["eval_slot_acc"])):
             ax.plot(tokens, [r["eval_slot_acc"][slot] for r in evals], marker=".", label=f"slot {slot + 1}")
-        ax.set_title(name, fontsize=9)
+        # about 13 characters of 9-point text per inch of panel: long run names wrap, not collide
+        ax.set_title(textwrap.fill(name, width=58), fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:.0f}K" if x else "0"))
         ax.set_xlabel("training tokens")
         ax.set_ylabel("top-1 accuracy")
         ax.set_ylim(0, 1)
