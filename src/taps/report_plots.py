@@ -15,13 +15,16 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import EngFormatter, MaxNLocator
 from matplotlib.transforms import Bbox
 
 from taps.summary import distinct, machine_label, set_rows
 
 
-def _panels(n: int, title: str, machine: str = "", panel_width_in: float = 4.5,
+PANEL_WIDTH_IN = 4.5
+
+
+def _panels(n: int, title: str, machine: str = "", panel_width_in: float = PANEL_WIDTH_IN,
             panel_height_in: float = 3.6) -> tuple[Figure, list]:
     """A figure of n panels, at most three per row, drawn by Agg (no pyplot: no global state); the
     machine the numbers come from goes under the title."""
@@ -222,9 +225,9 @@ def plot_learning_curves(runs: dict[str, tuple[list[dict], float]], path: Path) 
         for slot in range(len(evals[-1]["eval_slot_acc"])):
             ax.plot(tokens, [r["eval_slot_acc"][slot] for r in evals], marker=".", label=f"slot {slot + 1}")
         # about 13 characters of 9-point text per inch of panel: long run names wrap, not collide
-        ax.set_title(textwrap.fill(name, width=58), fontsize=9)
+        ax.set_title(textwrap.fill(name, width=int(13 * PANEL_WIDTH_IN)), fontsize=9)
         ax.xaxis.set_major_locator(MaxNLocator(5))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:.0f}K" if x else "0"))
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 100k, not 100000
         ax.set_xlabel("training tokens")
         ax.set_ylabel("top-1 accuracy")
         ax.set_ylim(0, 1)
