@@ -3,11 +3,14 @@
 import pytest
 import torch
 
+import taps
+
 from taps.decode import DecodeConfig, generate
 from taps.drafters import TEST_DRAFTERS, load_drafter
 from taps.methods import every_method
+from taps.scorer import EdgeScorer
 from taps.target import Target
-from tiny import tiny_model
+from tiny import DEVICE, tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 
@@ -58,6 +61,18 @@ def test_autoregressive_is_the_same_loop_without_draft(model):
     res = run(model, "ar", None, 20)
     assert res.token_ids == hf_greedy(model, PROMPT, 20)
     assert res.stats.rounds == 20 and res.stats.tree_sizes == [0] * 20 and res.stats.stage_seconds["draft"] == 0
+
+
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
+def test_the_api_decodes_exactly_on_the_tests_device(model, method):
+    """taps.load, the composition root, told the device (TAPS_TEST_DEVICE: a GPU under
+    scripts/check_device.sh): greedy equals transformers' generate there; a seeded sample repeats."""
+    scorer = EdgeScorer() if method == "taps" else None  # a learned scorer's features meet the device's marginals
+    spec = taps.load(model, "noisy", method=method, budget=8, dtype="float32", device=DEVICE, scorer=scorer)
+    assert spec.generate(PROMPT, max_new_tokens=24).token_ids == hf_greedy(model, PROMPT, 24)
+    sampled = [spec.generate(PROMPT, max_new_tokens=24, temperature=1.0, seed=3).token_ids for _ in range(2)]
+    assert sampled[0] == sampled[1] and len(sampled[0]) == 24
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")

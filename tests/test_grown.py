@@ -154,7 +154,8 @@ def test_train_a_grown_drafter_and_decode_losslessly(tmp_path, folders, sequence
     assert tgt.feature_layers == ()  # a grown drafter reads no target features
     assert drafter.block_len == 5
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+    ref = target.generate(torch.tensor([prompt], device=target.device),
+                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
                           max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
     for method in ("chain", "ddtree"):
         res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), drafter)
@@ -216,7 +217,7 @@ def test_rollout_rows_are_the_drafters_conditionals_along_its_greedy_path(target
     path = list(ids)
     with torch.no_grad():
         for d in range(7):
-            want = torch.softmax(base(torch.tensor([path])).logits[0, -1], -1)
+            want = torch.softmax(base(torch.tensor([path], device=base.device)).logits[0, -1], -1)
             torch.testing.assert_close(deep[d], want, atol=2e-5, rtol=1e-4)
             path.append(int(want.argmax()))
     assert drafter.cache.get_seq_length() == len(ids)
@@ -232,7 +233,8 @@ def noisy_copy(model, noise: float):
     """`model` with Gaussian noise on its head: its greedy path agrees with the model's only partly."""
     copy = copy_module.deepcopy(model)
     with torch.no_grad():
-        copy.lm_head.weight.add_(noise * torch.randn(copy.lm_head.weight.shape, generator=torch.Generator().manual_seed(1)))
+        w = copy.lm_head.weight
+        w.add_(noise * torch.randn(w.shape, generator=torch.Generator().manual_seed(1)).to(w.device))  # CPU draws
     return copy
 
 
@@ -246,7 +248,8 @@ def test_rollout_methods_decode_losslessly(target, base):
     name, base = base, bases[base]()
     drafter = GrownDrafter(base, GrownConfig("base", MASK, block_size=4), tgt)
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+    ref = target.generate(torch.tensor([prompt], device=target.device),
+                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
                           max_new_tokens=40, pad_token_id=0)[0, 4:].tolist()
     for method in [m for m in every_method() if "rollout" in m] + ["taps+copy+rollout"]:
         cfg = DecodeConfig(method, budget=12, max_new_tokens=40, stop_ids=(), rollout=Rollout(reach=0.0))
@@ -310,7 +313,8 @@ def test_a_grown_drafter_on_fewer_base_layers_trains_saves_and_decodes_losslessl
     drafter = load_drafter(str(result.drafter_dir), tgt)
     assert len(drafter.model.model.layers) == 2
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+    ref = target.generate(torch.tensor([prompt], device=target.device),
+                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
                           max_new_tokens=20, pad_token_id=0)[0, 4:].tolist()
     res = generate(tgt, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=20, stop_ids=()), drafter)
     assert res.token_ids == ref
@@ -333,7 +337,8 @@ def test_a_grown_drafter_with_a_draft_vocabulary_trains_saves_and_decodes_lossle
     q = drafter.draft(prompt, None)  # [L, vocab]
     assert q.shape == (5, 96) and int((q[0] > 0).sum()) == 24
     torch.testing.assert_close(q.sum(-1), torch.ones(5))
-    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+    ref = target.generate(torch.tensor([prompt], device=target.device),
+                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
                           max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
     assert not set(ref) <= set(torch.nonzero(q[0]).flatten().tolist())  # some answer tokens cannot be drafted
     for quant in ("none", "int8"):
@@ -422,7 +427,8 @@ def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_lossle
     for i, a in enumerate(anchors.tolist()):
         torch.testing.assert_close(masked.draft(ids[: a + 1], None), probs[i, 1:], atol=2e-5, rtol=1e-4)
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
+    ref = target.generate(torch.tensor([prompt], device=target.device),
+                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
                           max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
     for quant in ("none", "int8"):
         d = load_drafter(str(tmp_path / "masks" / "drafter"), tgt, quantize=quant)

@@ -28,10 +28,10 @@ def model():
 
 def exact_two_token_law(model, sampling):
     with torch.inference_mode():
-        first = sampling.probs(model(torch.tensor([PROMPT])).logits[0, -1:])[0]
+        first = sampling.probs(model(torch.tensor([PROMPT], device=model.device)).logits[0, -1:])[0]
         law = {}
         for a in range(VOCAB):
-            second = sampling.probs(model(torch.tensor([PROMPT + [a]])).logits[0, -1:])[0]
+            second = sampling.probs(model(torch.tensor([PROMPT + [a]], device=model.device)).logits[0, -1:])[0]
             for b in range(VOCAB):
                 law[(a, b)] = float(first[a] * second[b])
     return law

@@ -203,7 +203,9 @@ class EdgeScorer(nn.Module):
 
     @torch.inference_mode()
     def q_cond(self, pool: CandidatePool, marginals: torch.Tensor) -> torch.Tensor:
-        return self(EdgeFeatures.from_pool(pool, depth_entropy(marginals)))[0].exp()
+        # the pool and the scorer live on the CPU; the marginals on the target's device, which
+        # pays the vocabulary pass, and only the [depth] entropies cross over
+        return self(EdgeFeatures.from_pool(pool, depth_entropy(marginals).to(pool.logq.device)))[0].exp()
 
     def save(self, folder: str | Path) -> None:
         """scorer.json + model.safetensors."""

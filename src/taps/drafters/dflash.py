@@ -61,7 +61,7 @@ class DFlashDrafter:
     def __init__(self, model: DFlashDrafterModel, target: Target, source: str = "the drafter"):
         cfg = model.config
         check_target(cfg, target, source)
-        self.model = use_linear(model.to(target.dtype).eval())
+        self.model = use_linear(model.to(target.device, target.dtype).eval())  # beside the target, in its dtype
         self.embed = target.model.get_input_embeddings()
         head = target.model.get_output_embeddings()
         weight, bias = head.weight, getattr(head, "bias", None)
@@ -72,7 +72,7 @@ class DFlashDrafter:
         self.block_len = cfg.block_size - 1
         self.vocab_size = target.vocab_size
         self.feature_layers = cfg.target_layer_ids
-        self.dtype = target.dtype
+        self.dtype, self.device = target.dtype, target.device
         self.cache = ContextCache(cfg.num_hidden_layers)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
@@ -84,20 +84,20 @@ class DFlashDrafter:
         cfg = self.model.config
         root_pos = len(ids) - 1  # the context is every committed token before the root
         if features is None:
-            features = torch.empty(0, len(cfg.target_layer_ids) * cfg.hidden_size, dtype=self.dtype)
+            features = torch.empty(0, len(cfg.target_layer_ids) * cfg.hidden_size, dtype=self.dtype, device=self.device)
         if self.cache.length + features.shape[0] != root_pos:
             raise ValueError(
                 f"the drafter holds {self.cache.length} context positions and got {features.shape[0]} more, "
                 f"but the root is at position {root_pos}: call start() for a new sequence and pass the "
                 "features of every committed token except the root, once"
             )
-        block = torch.full((1, cfg.block_size), cfg.mask_token_id, dtype=torch.long)
+        block = torch.full((1, cfg.block_size), cfg.mask_token_id, dtype=torch.long, device=self.device)
         block[0, 0] = ids[-1]
         hidden = self.model(
             self.embed(block),
-            root_pos + torch.arange(cfg.block_size)[None],
+            root_pos + torch.arange(cfg.block_size, device=self.device)[None],
             features[None].to(self.dtype),
-            torch.arange(self.cache.length, root_pos)[None],
+            torch.arange(self.cache.length, root_pos, device=self.device)[None],
             cache=self.cache,
         )  # [1, block, H]
         logits = F.linear(hidden[0, 1:], self.head_weight, self.head_bias).float()  # [L, V_draft]
@@ -105,7 +105,7 @@ class DFlashDrafter:
         if self.vocab is None:
             return probs
         # tokens outside the draft vocabulary get probability 0; lossless, as the target verifies
-        full = torch.zeros(self.block_len, self.vocab_size)  # [L, vocab]
+        full = torch.zeros(self.block_len, self.vocab_size, device=probs.device)  # [L, vocab]
         full[:, self.vocab] = probs
         return full
 

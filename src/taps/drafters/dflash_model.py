@@ -135,7 +135,8 @@ def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dt
 
     The inverse frequencies are computed here in float32 rather than kept as a buffer, so casting
     the model to bfloat16 cannot round them."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # [d/2]
+    half = torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device)  # [d/2]
+    inv_freq = 1.0 / theta ** (half / head_dim)  # [d/2]
     angles = positions.float()[..., None] * inv_freq  # [B, P, d/2]
     angles = torch.cat([angles, angles], dim=-1)  # [B, P, d]
     return angles.cos().to(dtype), angles.sin().to(dtype)

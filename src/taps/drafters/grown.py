@@ -338,10 +338,12 @@ class GrownDrafter:
                 raise ValueError(f"{source}'s draft vocabulary names ids past its head's {rows} rows")
             model = keep_head_rows(model, vocab)
         # token id of each head row; None when the rows are the target's ids one to one
-        self.ids = vocab if vocab is not None else torch.arange(rows) if rows < target.vocab_size else None
+        ids = vocab if vocab is not None else torch.arange(rows) if rows < target.vocab_size else None
+        self.ids = None if ids is None else ids.to(target.device)
         # It reads token ids and returns probabilities, so its dtype may differ from the target's
         # (`dtype`, default the target's: float32 for an int8 drafter beside a bfloat16 target).
-        self.model = model.to(dtype or target.dtype).eval()
+        self.model = model.to(target.device, dtype or target.dtype).eval()  # beside the target
+        self.device = target.device
         self.cfg = cfg
         self.block_len = cfg.block_size - 1
         self.vocab_size = target.vocab_size
@@ -367,12 +369,12 @@ class GrownDrafter:
             self.start(ids)  # the context changed under us: rebuild the cache from scratch
         new = ids[len(self.cached):]
         n_masks = self.block_len - 1
-        tokens = torch.tensor([new + [self.cfg.mask_token_id] * n_masks])
+        tokens = torch.tensor([new + [self.cfg.mask_token_id] * n_masks], device=self.device)
         start = len(self.cached)
         self._mask_rows(n_masks)
         logits = self.model(
             input_ids=tokens,
-            position_ids=torch.arange(start, start + tokens.shape[1])[None],
+            position_ids=torch.arange(start, start + tokens.shape[1], device=self.device)[None],
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=self.block_len,  # the root's row and the masks'
@@ -405,8 +407,8 @@ class GrownDrafter:
             pos = len(self.cached) + len(path) - 1
             self._mask_rows(0)  # a path token is context: the base's own row
             logits = self.model(
-                input_ids=torch.tensor([[token]]),
-                position_ids=torch.tensor([[pos]]),
+                input_ids=torch.tensor([[token]], device=self.device),
+                position_ids=torch.tensor([[pos]], device=self.device),
                 past_key_values=self.cache,
                 use_cache=True,
             ).logits[0].float()  # [1, rows]
@@ -425,7 +427,7 @@ class GrownDrafter:
         probs = torch.softmax(logits, dim=-1)
         if self.ids is None:
             return probs
-        full = torch.zeros(probs.shape[0], self.vocab_size)  # [n, vocab]
+        full = torch.zeros(probs.shape[0], self.vocab_size, device=probs.device)  # [n, vocab]
         full[:, self.ids] = probs
         return full
 
