@@ -10,7 +10,7 @@ from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.target import Target
-from tiny import tiny_model
+from tiny import hf_greedy, tiny_model
 
 INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
 # verifying costs 1 s plus 0.01 s per node; drafts (observed below) cost 1 s: copying saves half a round
@@ -79,12 +79,6 @@ def test_copy_tree_weighs_the_drafting_time_rounds_really_took():
     for _ in range(10):
         planner.observe(Continuation([]), [1, 2, 3], drafted_size=4, draft_seconds=3.0)
     assert planner.copy_tree(3, path, budget=8) is not None  # not per ~4.04 s
-
-
-def hf_greedy(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=n, pad_token_id=0)  # fmt: skip
-    return out[0, len(prompt):].tolist()
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])

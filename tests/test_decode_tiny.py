@@ -4,13 +4,12 @@ import pytest
 import torch
 
 import taps
-
 from taps.decode import DecodeConfig, generate
 from taps.drafters import TEST_DRAFTERS, load_drafter
 from taps.methods import every_method
 from taps.scorer import EdgeScorer
 from taps.target import Target
-from tiny import DEVICE, tiny_model
+from tiny import DEVICE, hf_greedy, tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 
@@ -19,15 +18,6 @@ PROMPT = [5, 17, 33, 2, 9, 41]
 @pytest.fixture(scope="module", params=["llama", pytest.param("qwen2", marks=pytest.mark.slow)])
 def model(request):
     return tiny_model(request.param)
-
-
-def hf_greedy(model, prompt, n, eos=None):
-    out = model.generate(
-        torch.tensor([prompt], device=model.device),
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=model.device),
-        do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0,
-    )
-    return out[0, len(prompt):].tolist()
 
 
 def run(model, method, drafter, n, stop=(), budget=8, block_len=6, prompt=PROMPT, **kw):

@@ -18,7 +18,7 @@ from taps.drafters.dflash_model import (
     rotary,
 )
 from taps.target import Target
-from tiny import tiny_model
+from tiny import hf_greedy, tiny_model
 
 LAYERS = (0, 2)  # tiny targets have 3 layers: too few for the default spread from 1 to L-3
 MASK = 95
@@ -307,12 +307,6 @@ def test_rotary_and_norm_match_transformers_qwen3():
         ref.weight.uniform_(0.5, 1.5)
         mine.weight.copy_(ref.weight)
     torch.testing.assert_close(mine(h), ref(h))
-
-
-def hf_greedy(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=n, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 @pytest.mark.parametrize("method", ["chain", "ddtree"])

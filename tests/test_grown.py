@@ -28,7 +28,7 @@ from taps.quantize import quantized_layers
 from taps.rounds import Rollout
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, train_drafter
-from tiny import greedy_sequences, tiny_model
+from tiny import greedy_sequences, hf_greedy, tiny_model
 
 MASK = 95
 
@@ -154,9 +154,7 @@ def test_train_a_grown_drafter_and_decode_losslessly(tmp_path, folders, sequence
     assert tgt.feature_layers == ()  # a grown drafter reads no target features
     assert drafter.block_len == 5
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt], device=target.device),
-                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
-                          max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    ref = hf_greedy(target, prompt, 30)
     for method in ("chain", "ddtree"):
         res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), drafter)
         assert res.token_ids == ref, method
@@ -248,9 +246,7 @@ def test_rollout_methods_decode_losslessly(target, base):
     name, base = base, bases[base]()
     drafter = GrownDrafter(base, GrownConfig("base", MASK, block_size=4), tgt)
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt], device=target.device),
-                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
-                          max_new_tokens=40, pad_token_id=0)[0, 4:].tolist()
+    ref = hf_greedy(target, prompt, 40)
     for method in [m for m in every_method() if "rollout" in m] + ["taps+copy+rollout"]:
         cfg = DecodeConfig(method, budget=12, max_new_tokens=40, stop_ids=(), rollout=Rollout(reach=0.0))
         res = generate(tgt, prompt, cfg, drafter)
@@ -313,9 +309,7 @@ def test_a_grown_drafter_on_fewer_base_layers_trains_saves_and_decodes_losslessl
     drafter = load_drafter(str(result.drafter_dir), tgt)
     assert len(drafter.model.model.layers) == 2
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt], device=target.device),
-                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
-                          max_new_tokens=20, pad_token_id=0)[0, 4:].tolist()
+    ref = hf_greedy(target, prompt, 20)
     res = generate(tgt, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=20, stop_ids=()), drafter)
     assert res.token_ids == ref
 
@@ -337,9 +331,7 @@ def test_a_grown_drafter_with_a_draft_vocabulary_trains_saves_and_decodes_lossle
     q = drafter.draft(prompt, None)  # [L, vocab]
     assert q.shape == (5, 96) and int((q[0] > 0).sum()) == 24
     torch.testing.assert_close(q.sum(-1), torch.ones(5))
-    ref = target.generate(torch.tensor([prompt], device=target.device),
-                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
-                          max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    ref = hf_greedy(target, prompt, 30)
     assert not set(ref) <= set(torch.nonzero(q[0]).flatten().tolist())  # some answer tokens cannot be drafted
     for quant in ("none", "int8"):
         d = load_drafter(str(result.drafter_dir), tgt, quantize=quant)
@@ -427,9 +419,7 @@ def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_lossle
     for i, a in enumerate(anchors.tolist()):
         torch.testing.assert_close(masked.draft(ids[: a + 1], None), probs[i, 1:], atol=2e-5, rtol=1e-4)
     prompt = [5, 17, 33, 2]
-    ref = target.generate(torch.tensor([prompt], device=target.device),
-                          attention_mask=torch.ones(1, 4, dtype=torch.long, device=target.device), do_sample=False,
-                          max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    ref = hf_greedy(target, prompt, 30)
     for quant in ("none", "int8"):
         d = load_drafter(str(tmp_path / "masks" / "drafter"), tgt, quantize=quant)
         for method in ("chain", "ddtree", "taps+rollout"):

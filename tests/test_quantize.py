@@ -9,7 +9,7 @@ from taps.drafters import load_drafter
 from taps.drafters.grown import GrownConfig, GrownDrafter
 from taps.quantize import load_dtype, quantize_linears, quantized_layers, scheme_of
 from taps.target import Target
-from tiny import tiny_model
+from tiny import hf_greedy, tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 
@@ -51,8 +51,7 @@ def test_decoding_with_a_quantized_drafter_equals_greedy(method, scheme):
     drafter = GrownDrafter(base, GrownConfig(base="tiny", mask_token_id=95, block_size=6), target)
     drafter.model = quantize_linears(drafter.model, scheme)  # as load_drafter does for a trained drafter
     assert scheme_of(drafter.model) == scheme
-    ref = model.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
-                         do_sample=False, max_new_tokens=40, pad_token_id=0)[0, len(PROMPT):].tolist()  # fmt: skip
+    ref = hf_greedy(model, PROMPT, 40)
     res = generate(target, PROMPT, DecodeConfig(method, budget=8, max_new_tokens=40, stop_ids=()), drafter)
     assert res.token_ids == ref
     assert res.stats.tau > 1.2  # the draft was used

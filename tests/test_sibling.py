@@ -10,15 +10,9 @@ from taps.drafters import load_drafter
 from taps.drafters.sibling import GreedyPathDrafter, load_sibling
 from taps.methods import every_method
 from taps.target import Target
-from tiny import tiny_model
+from tiny import hf_greedy, tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
-
-
-def hf_greedy(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=n, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 @pytest.fixture(scope="module")

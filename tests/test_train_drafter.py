@@ -16,7 +16,7 @@ from taps.drafters.objective import draft_vocabulary
 from taps.drafters.objective import slot_weights
 from taps.target import Target
 from taps.train.drafter import TrainDrafterConfig, load_sequences, sample_anchors, train_drafter
-from tiny import greedy_sequences, tiny_model
+from tiny import greedy_sequences, hf_greedy, tiny_model
 
 LAYERS = (0, 2)
 MASK = 95
@@ -163,8 +163,7 @@ def test_train_drafter_end_to_end(model, tmp_path, data_file):
     drafter = load_drafter(str(result.drafter_dir), target)
     prompt = [5, 17, 33, 2]
     res = generate(target, prompt, DecodeConfig("ddtree", budget=8, max_new_tokens=30, stop_ids=()), drafter)
-    ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
-                         max_new_tokens=30, pad_token_id=0)[0, 4:].tolist()
+    ref = hf_greedy(model, prompt, 30)
     assert res.token_ids == ref
 
 
@@ -318,8 +317,7 @@ def test_a_dflash_drafter_can_start_from_the_targets_own_layers(model, tmp_path,
     prompt = [5, 17, 33, 2]
     res = generate(target, prompt, DecodeConfig("chain", budget=7, max_new_tokens=20, stop_ids=()),
                    load_drafter(str(result.drafter_dir), target))
-    ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long), do_sample=False,
-                         max_new_tokens=20, pad_token_id=0)[0, 4:].tolist()
+    ref = hf_greedy(model, prompt, 20)
     assert res.token_ids == ref
     with pytest.raises(ValueError, match="init_layers must be one of random, last, first"):
         config(tmp_path, data_file, init_layers="middle")

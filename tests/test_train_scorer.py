@@ -28,7 +28,7 @@ from taps.train.scorer import (
 from taps.train.prompts import training_prompts
 from taps.train.traces import scorer_prompts
 from taps.verify import SamplingConfig, Verdict
-from tiny import tiny_model
+from tiny import hf_greedy, tiny_model
 
 VOCAB = 96
 PROMPT = [5, 17, 33, 2, 9, 41, 5, 17, 33]  # repeats itself: n-gram lookup finds candidates at once
@@ -58,12 +58,6 @@ def config(out="unused", **kw):
     base = dict(target="tiny-llama", drafter="noisy", out=str(out), max_new_tokens=32, k=4, pool_size=16,
                 eval_prompts=2, epochs=6, batch_pools=8, buckets=256, hidden=32, guard_nodes=6, progress=False)
     return TrainScorerConfig(**{**base, **kw})
-
-
-def hf_greedy(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         do_sample=False, max_new_tokens=n, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 def test_pool_labels_by_hand():

@@ -42,6 +42,15 @@ def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positi
     return use_linear(model.eval()).to(DEVICE)  # the backend users get from taps.assets.load_model
 
 
+def hf_greedy(model, prompt: list[int], n: int, eos: int | None = None) -> list[int]:
+    """transformers' own greedy generate: `n` tokens after `prompt`, on the model's device. The
+    reference every method's T=0 output must equal."""
+    ids = torch.tensor([prompt], device=model.device)
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                         eos_token_id=eos, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
 def greedy_sequences(model, n: int = 10, new_tokens: int = 36) -> list[list[int]]:
     """Self-distillation data as DFlash uses: the model's own greedy continuations of random prompts."""
     gen = torch.Generator().manual_seed(0)
