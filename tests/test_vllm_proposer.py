@@ -89,3 +89,7 @@ def test_shape_only_target_has_the_served_vocabulary_and_no_weights(tmp_path):
     target = shape_only_target(str(tmp_path), torch.bfloat16)
     assert (target.vocab_size, target.dtype) == (120, torch.bfloat16)
     assert all(p.is_meta for p in target.model.parameters())
+    # a grown drafter over it runs on the CPU with its own weights (vLLM's CPU build holds the target's)
+    drafter = GrownDrafter(tiny_model("qwen2", vocab=120, seed=1), GrownConfig("base", 119, block_size=4), target)
+    q = drafter.draft([5, 17, 33], None)  # [3, 120]
+    assert q.device.type == "cpu" and torch.allclose(q.sum(-1), torch.ones(3))

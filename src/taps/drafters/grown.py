@@ -339,11 +339,13 @@ class GrownDrafter:
             model = keep_head_rows(model, vocab)
         # token id of each head row; None when the rows are the target's ids one to one
         ids = vocab if vocab is not None else torch.arange(rows) if rows < target.vocab_size else None
-        self.ids = None if ids is None else ids.to(target.device)
+        # Beside the target's weights; a shape-only target (meta tensors: taps.vllm_proposer, whose
+        # weights vLLM holds on the CPU) has none, and the drafter runs on the CPU.
+        self.device = torch.device("cpu") if target.device.type == "meta" else target.device
+        self.ids = None if ids is None else ids.to(self.device)
         # It reads token ids and returns probabilities, so its dtype may differ from the target's
         # (`dtype`, default the target's: float32 for an int8 drafter beside a bfloat16 target).
-        self.model = model.to(target.device, dtype or target.dtype).eval()  # beside the target
-        self.device = target.device
+        self.model = model.to(self.device, dtype or target.dtype).eval()
         self.cfg = cfg
         self.block_len = cfg.block_size - 1
         self.vocab_size = target.vocab_size
