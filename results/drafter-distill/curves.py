@@ -20,6 +20,8 @@ LOGS = {
     "the same, float32, a 400-step schedule": HERE / "grown-mixed-masks-float32-400-train_log.jsonl",
     "the same, extended at step 400 to 1,000 (learning rate restarted)":
         HERE / "grown-mixed-masks-float32-1000-train_log.jsonl",
+    "the same, bfloat16, one 1,000-step schedule (shipped in session 27)":
+        HERE / "grown-mixed-masks-bfloat16-1000-train_log.jsonl",
 }
 
 

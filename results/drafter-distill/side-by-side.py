@@ -9,10 +9,12 @@ taps:32 beside ar on the first 10 HumanEval problems and 10 MT-Bench questions (
 most 128 new tokens, drafters int8, the target in DTYPE (default: taps' default on this CPU,
 float32 where it has no native bfloat16). Resumable: a rerun runs what either file lacks; LIMIT=N
 takes the first N prompts of each set (the files stay valid for a later rerun with more).
+BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the one it replaced
+(its folder as git held it), so that the comparison can still be run or finished.
 
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar.
-    [DTYPE=float32] [LIMIT=10] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
+    [DTYPE=float32] [LIMIT=10] [BASELINE=FOLDER] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
 
 import os
@@ -31,7 +33,7 @@ candidate, out = sys.argv[1], Path(sys.argv[2])
 dtype = os.environ.get("DTYPE") or default_dtype()
 limit = int(os.environ.get("LIMIT", 10))
 out.mkdir(parents=True, exist_ok=True)
-drafters = {"shipped": shipped_drafter(TARGET), "candidate": candidate}
+drafters = {"shipped": os.environ.get("BASELINE") or shipped_drafter(TARGET), "candidate": candidate}
 for name, drafter in drafters.items():
     profile = out / f"profile-{name}.json"
     if not profile.exists():
