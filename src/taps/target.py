@@ -67,8 +67,11 @@ class Target:
 
     @property
     def device(self) -> torch.device:
-        """Where the model's weights are: every tensor the loop makes for it is made there."""
-        return self.model.device
+        """Where the model's weights are: every tensor the loop makes for it is made there, and its
+        drafter runs there. A shape-only model (meta tensors: taps.vllm_proposer) has none; vLLM's
+        CPU build holds them, so the CPU."""
+        device = self.model.device
+        return torch.device("cpu") if device.type == "meta" else device
 
     @property
     def vocab_size(self) -> int:

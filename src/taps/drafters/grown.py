@@ -339,9 +339,7 @@ class GrownDrafter:
             model = keep_head_rows(model, vocab)
         # token id of each head row; None when the rows are the target's ids one to one
         ids = vocab if vocab is not None else torch.arange(rows) if rows < target.vocab_size else None
-        # Beside the target's weights; a shape-only target (meta tensors: taps.vllm_proposer, whose
-        # weights vLLM holds on the CPU) has none, and the drafter runs on the CPU.
-        self.device = torch.device("cpu") if target.device.type == "meta" else target.device
+        self.device = target.device  # beside the target's weights
         self.ids = None if ids is None else ids.to(self.device)
         # It reads token ids and returns probabilities, so its dtype may differ from the target's
         # (`dtype`, default the target's: float32 for an int8 drafter beside a bfloat16 target).
