@@ -5,16 +5,18 @@ drafter's run, then the candidate's, each session with its own copy of the targe
 scorer and its own latency profile (`taps profile` with that drafter on this machine, made first),
 each into its own records file, so each file is an ordinary `taps bench` file (`taps report` reads
 it) and ar runs in both (its two medians show the machine's noise). Methods chain:7, ddtree:8 and
-taps:32 beside ar on the first 10 HumanEval problems and 10 MT-Bench questions (turn 1), T=0, at
-most 128 new tokens, drafters int8, the target in DTYPE (default: taps' default on this CPU,
-float32 where it has no native bfloat16). Resumable: a rerun runs what either file lacks; LIMIT=N
-takes the first N prompts of each set (the files stay valid for a later rerun with more).
+taps:32 beside ar on the first 10 HumanEval problems, 10 MT-Bench questions (turn 1) and 10
+GSM-Symbolic problems (DATASETS=a,b picks others), T=0, at most 128 new tokens, drafters int8, the
+target in DTYPE (default: taps' default on this CPU, float32 where it has no native bfloat16).
+Resumable: a rerun runs what either file lacks; LIMIT=N takes the first N prompts of each set (the
+files stay valid for a later rerun with more).
 BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the one it replaced
 (its folder as git held it), so that the comparison can still be run or finished.
 
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar.
-    [DTYPE=float32] [LIMIT=10] [BASELINE=FOLDER] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
+    [DTYPE=float32] [LIMIT=10] [DATASETS=humaneval,mt-bench] [BASELINE=FOLDER] \
+      .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
 
 import os
@@ -32,6 +34,7 @@ TARGET = "qwen2.5-coder-1.5b"
 candidate, out = sys.argv[1], Path(sys.argv[2])
 dtype = os.environ.get("DTYPE") or default_dtype()
 limit = int(os.environ.get("LIMIT", 10))
+datasets = tuple(os.environ.get("DATASETS", "humaneval,mt-bench,gsm-symbolic").split(","))
 out.mkdir(parents=True, exist_ok=True)
 drafters = {"shipped": os.environ.get("BASELINE") or shipped_drafter(TARGET), "candidate": candidate}
 for name, drafter in drafters.items():
@@ -40,7 +43,7 @@ for name, drafter in drafters.items():
         subprocess.run([".venv/bin/taps", "profile", "--target", TARGET, "--drafter", drafter, "--dtype", dtype,
                         "--drafter-quant", "int8", "--out", str(profile)], check=True)
 base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32"),
-                   datasets=("humaneval", "mt-bench"), turns=1, limit=limit, max_new_tokens=128, dtype=dtype,
+                   datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype,
                    drafter_quant="int8")
 cfgs = [replace(base, drafter=drafter, profile=str(out / f"profile-{name}.json")) for name, drafter in drafters.items()]
 shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
