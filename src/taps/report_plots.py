@@ -1,8 +1,8 @@
 """The benchmark report's figures (PNG, drawn by matplotlib's Agg canvas) and the drafter
 learning curves. Imported only when a figure is drawn: `taps.report` itself needs no plotting
-stack. The tree-size plots have a panel per prompt set and temperature (Spec-Bench's categories
-together), each point one (method, budget) over the set's prompts, with `taps.summary`'s
-definitions (tau, paired speedup with its 95% interval, mean tree size).
+stack. The tree-size plots have a panel per prompt set and temperature (each Spec-Bench category
+its own set, as in the report's tables), each point one (method, budget) over the set's prompts,
+with `taps.summary`'s definitions (tau, paired speedup with its 95% interval, mean tree size).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from matplotlib.transforms import Bbox
 
-from taps.summary import distinct, machine_label, set_rows
+from taps.summary import distinct, machine_label, summarize
 
 
 PANEL_WIDTH_IN = 4.5
@@ -199,7 +199,7 @@ def figure_stage_split(records: list[dict], machine: str = "") -> Figure | None:
 
 def plots(records: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]:
     """File name -> (caption, draw); each draw writes the file and says whether it had data."""
-    rows, machine = set_rows(records), machine_label(records)
+    rows, machine = summarize(records), machine_label(records)
     return {
         "tau_vs_tree_size.png": ("tau against mean tree size", lambda p: _save(
             figure_against_tree_size(rows, "tau", "tau (tokens per round)", machine), p)),

@@ -86,12 +86,6 @@ def summarize(records: Iterable[dict]) -> list[dict]:
     return rows
 
 
-def set_rows(records: list[dict]) -> list[dict]:
-    """Summary rows per prompt set rather than per `group_label`: Spec-Bench's categories together
-    (its rows' dataset reads `spec-bench/all`), each prompt still paired with ar's run of it."""
-    return summarize({**r, "category": "all"} for r in records)
-
-
 def machine_label(records: Iterable[dict]) -> str:
     """The machine the records ran on, for titles: CPU (with its bfloat16 capability), threads, linear
     kernel, dtype and target precision; machines joined by " / " if a file holds several (it should not)."""
