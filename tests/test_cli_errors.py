@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -163,7 +164,10 @@ def test_ctrl_c_is_one_line_and_status_130(when):
             "--max-new-tokens", "2000", "--no-chat-template", "--prompt", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"]
     # a plain continuation that counts on (300 of 300 tokens on a Zen 3 EPYC): the chat prompt it
     # replaces ("Count from one to one thousand in words.") got "One thousand." there and ended first
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    # pytest started in the background by a non-interactive shell (`cmd &`, nohup) runs with SIGINT
+    # ignored, which children inherit and Python keeps: restore the default a terminal gives a user
+    default_sigint = partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint) as proc:
         if when == "loading":  # importing torch, inside main (a signal before main runs, in the interpreter's
             _wait_for_torch(proc.pid)  # own start-up, is Python's traceback: no program can catch it)
         else:
