@@ -433,8 +433,9 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
 
     out_dir = make_folder(out_dir, f"the report to {out_dir}", "choose another --out")
 
+    summary = summarize(own)  # bootstrap intervals for every row: computed once, for the table and the plots
     figures = []
-    for name, (caption, draw) in plots(own).items():
+    for name, (caption, draw) in plots(own, summary).items():
         path = out_dir / name
         path.unlink(missing_ok=True)  # a plot with no data now must not leave an older one behind
         if draw(path):
@@ -450,7 +451,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         *matrix_section(own, rival_rows),
         "## Every method, dataset and temperature",
         "",
-        markdown_table(summarize(own)),
+        markdown_table(summary),
         "",
         DEFINITIONS,
         "",

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from matplotlib.transforms import Bbox
 
-from taps.summary import distinct, machine_label, summarize
+from taps.summary import distinct, machine_label
 
 
 PANEL_WIDTH_IN = 4.5
@@ -197,9 +197,10 @@ def figure_stage_split(records: list[dict], machine: str = "") -> Figure | None:
     return fig
 
 
-def plots(records: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]:
-    """File name -> (caption, draw); each draw writes the file and says whether it had data."""
-    rows, machine = summarize(records), machine_label(records)
+def plots(records: list[dict], rows: list[dict]) -> dict[str, tuple[str, Callable[[Path], bool]]]:
+    """File name -> (caption, draw); each draw writes the file and says whether it had data. `rows`:
+    `taps.summary.summarize(records)`, which the report has already computed for its tables."""
+    machine = machine_label(records)
     return {
         "tau_vs_tree_size.png": ("tau against mean tree size", lambda p: _save(
             figure_against_tree_size(rows, "tau", "tau (tokens per round)", machine), p)),
