@@ -298,7 +298,7 @@ def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_p
                               accepted=None if method == "hf-assisted" else [[0] * 60])
             rec["total_seconds"] = 60 / speed(i)
             records.append(rec)
-    rows = head_to_head(records)
+    rows = head_to_head(records, summarize(records))
     got = {(r["rival"], r["rival_budget"]): r for r in rows}
     assert got.keys() == {("hf-assisted", None), ("ddtree", 8)}  # ddtree:32 is not the best budget
     assert got["hf-assisted", None]["prompts"] == 4
@@ -307,7 +307,8 @@ def test_head_to_head_pairs_taps_with_each_peer_and_the_best_ddtree_budget(tmp_p
     assert all(r["method"] == "taps" and r["budget"] == 16 and r["dataset"] == "humaneval" for r in rows)
     text = write_report(records, tmp_path).read_text()
     assert "| humaneval | 0.0 | taps | 16 | ddtree | 8 | 4 |" in text
-    assert not head_to_head([r for r in records if r["method"] != "taps"])
+    others = [r for r in records if r["method"] != "taps"]
+    assert not head_to_head(others, summarize(others))
     # a taps variant in the file gets its own rows in the report; other methods do not
     variant = [{**r, "method": "taps+rollout"} for r in records if r["method"] == "taps"]
     chain = [{**r, "method": "chain+rollout"} for r in records if r["method"] == "taps"]
@@ -333,7 +334,7 @@ def test_same_size_tau_reads_ddtree_at_each_methods_mean_tree_size(tmp_path):
     for (method, size), rounds in runs.items():
         records.append(make_record("humaneval", "HumanEval/0", method, size, 0.0, [[1] * 60], accepted=[[1] * rounds]))
     records[-2]["budget"] = 32  # taps' budget is a cap; its trees (tree_sizes) are what count
-    rows = {r["method"]: r for r in same_size_tau(records)}
+    rows = {r["method"]: r for r in same_size_tau(summarize(records))}
     assert rows.keys() == {"taps", "chain"}
     assert rows["taps"]["reference_tau"] == pytest.approx(2.5) and rows["taps"]["tau_ratio"] == pytest.approx(1.0)
     assert rows["chain"]["reference_tau"] is None
@@ -407,7 +408,7 @@ def matrix_cells(markdown):
 def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_rows():
     records = synthetic_records()
     records += [{**r, "method": "taps"} for r in records if (r["method"], r["budget"]) == ("ddtree", 16)]
-    cells = matrix_cells(speedup_matrix(records))
+    cells = matrix_cells(speedup_matrix(summarize(records)))
     for x in summarize(records):
         column = f"{x['dataset'].split('/')[-1]} T={x['temperature']:g}"
         if x["method"] == "ar":
@@ -417,8 +418,8 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
         else:
             assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} ({x['tau']:.1f}) †"
     assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summarize(records)})
-    rivals = matrix_cells(rival_matrix(taps_rival_rows(records)))
-    rows = head_to_head(records)
+    rivals = matrix_cells(rival_matrix(taps_rival_rows(records, summarize(records))))
+    rows = head_to_head(records, summarize(records))
     assert len(rivals) == len(rows) and {r["rival"] for r in rows} == {"hf-assisted", "ddtree"}
     for r in rows:
         column = f"{r['dataset'].split('/')[-1]} T={r['temperature']:g}"
@@ -438,7 +439,7 @@ def test_headline_cells_over_fewer_than_30_prompts_are_marked_with_a_footnote(tm
 
     few = write_report(records(29), tmp_path / "few").read_text()
     enough = write_report(records(30), tmp_path / "enough").read_text()
-    assert matrix_cells(speedup_matrix(records(29)))["chain:4", "humaneval T=0"].endswith(" †")
+    assert matrix_cells(speedup_matrix(summarize(records(29))))["chain:4", "humaneval T=0"].endswith(" †")
     assert "† fewer than 30 prompts." in few
     assert "†" not in enough and "fewer than 30 prompts" not in enough
 
@@ -455,7 +456,7 @@ def test_round_costs_are_stage_seconds_per_round_over_one_ar_round(tmp_path):
     ar["stage_seconds"] = {"draft": 0.0, "verify": 1.0, "prefill": 0.3}
     chain["stage_seconds"] = {"draft": 0.25, "verify": 1.0, "prefill": 0.3}
     peer = make_record("humaneval", "HumanEval/0", "hf-assisted", None, 0.0, [[1] * 10])
-    rows = {r["method"]: r for r in round_costs([ar, chain, peer])}
+    rows = {r["method"]: r for r in round_costs([ar, chain, peer], summarize([ar, chain, peer]))}
     assert rows.keys() == {"ar", "chain"}
     assert rows["chain"]["draft_ms"] == pytest.approx(50.0) and rows["chain"]["verify_ms"] == pytest.approx(200.0)
     assert rows["chain"]["draft_vs_forward"] == pytest.approx(0.5) and rows["chain"]["verify_vs_forward"] == pytest.approx(2.0)
@@ -472,7 +473,8 @@ def test_a_record_of_no_rounds_reports_without_tau():
     row = next(x for x in summarize([empty]) if x["method"] == "chain")
     assert row["tau"] is None and row["tokens_per_second"] is None
     records.append(empty)
-    assert summarize(records) and same_size_tau(records) and round_costs(records) and speedup_matrix(records)
+    summary = summarize(records)
+    assert summary and same_size_tau(summary) and round_costs(records, summary) and speedup_matrix(summary)
 
 
 BLOCK_TORCH = (

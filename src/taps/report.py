@@ -105,12 +105,13 @@ def runs_by_key(records: list[dict]) -> dict[tuple, list[dict]]:
     return runs
 
 
-def head_to_head(records: list[dict], method: str = "taps", tree_rival: str = "ddtree") -> list[dict]:
+def head_to_head(records: list[dict], summary: list[dict], method: str = "taps",
+                 tree_rival: str = "ddtree") -> list[dict]:
     """`method` against what a user would pick instead, per (dataset, temperature) and budget of
     `method`: every peer present (hf-assisted, prompt-lookup) and the `tree_rival` budget with the
     best median speedup over ar there. The ratio is the median over prompts of `method`'s tokens/s
-    over the rival's on the same prompt (paired, like speedup vs ar); above 1, `method` is faster."""
-    summary = summarize(records)
+    over the rival's on the same prompt (paired, like speedup vs ar); above 1, `method` is faster.
+    `summary` is `summarize(records)`, passed in so that a report bootstraps its intervals once."""
     runs = runs_by_key(records)
     peers = {r["method"] for r in records if is_peer(r)}
     rows = []
@@ -156,11 +157,12 @@ def tau_at_size(points: list[tuple[float, float]], size: float) -> float | None:
     return next((t for s, t in points if s == size), None)  # a single point, matched exactly
 
 
-def same_size_tau(records: list[dict], reference: str = "ddtree") -> list[dict]:
+def same_size_tau(summary: list[dict], reference: str = "ddtree") -> list[dict]:
     """Every other drafting method's tau against the `reference` policy's tau at the same mean tree
     size, per (dataset, temperature): issue 4's "taps against ddtree at the same size" (the paper
-    reports +14% for TAPS), read off the reference's measured budgets by `tau_at_size`."""
-    summary = [x for x in summarize(records) if x["tau"] is not None and x["mean_tree_size"]]
+    reports +14% for TAPS), read off the reference's measured budgets by `tau_at_size`; from the
+    `summarize` rows of the records."""
+    summary = [x for x in summary if x["tau"] is not None and x["mean_tree_size"]]
     rows = []
     for x in summary:
         if x["method"] == reference:
@@ -201,12 +203,13 @@ ROUND_COST_COLUMNS = (
 )
 
 
-def round_costs(records: list[dict]) -> list[dict]:
+def round_costs(records: list[dict], summary: list[dict]) -> list[dict]:
     """Per (dataset, temperature, method, budget): drafting and verification seconds per round
     (stage seconds summed over prompts, over their rounds summed; prefill is a stage of its own),
     and each as a fraction of one `ar` round of the same set and temperature, i.e. one target
     forward over one token: the cost side of a speedup, which is tau over the round's cost in ar
-    rounds. Records without rounds or stage times (peers) are left out."""
+    rounds. Records without rounds or stage times (peers) are left out; rows in the order of `summary`
+    (`summarize(records)`)."""
     sums: dict[tuple, list] = {}  # (dataset label, T, method, budget) -> [draft s, verify s, rounds]
     for r in records:
         if r["rounds"] and r["stage_seconds"]:
@@ -215,7 +218,7 @@ def round_costs(records: list[dict]) -> list[dict]:
             s[1] += r["stage_seconds"].get("verify", 0.0)
             s[2] += sum(r["rounds"])
     rows = []
-    for x in summarize(records):  # summarize's row order
+    for x in summary:
         key = (x["dataset"], x["temperature"], x["method"], x["budget"])
         if key not in sums or not sums[key][2]:
             continue
@@ -231,9 +234,9 @@ def round_costs(records: list[dict]) -> list[dict]:
     return rows
 
 
-def round_cost_section(records: list[dict]) -> list[str]:
+def round_cost_section(records: list[dict], summary: list[dict]) -> list[str]:
     """The report's lines on what a round costs; none without timed rounds."""
-    rows = round_costs(records)
+    rows = round_costs(records, summary)
     if not rows:
         return []
     return [
@@ -270,10 +273,10 @@ def _matrix(row_keys: list, columns: list[tuple], cell: Callable[[tuple, tuple],
     return "\n".join(lines)
 
 
-def speedup_matrix(records: list[dict]) -> str:
+def speedup_matrix(summary: list[dict]) -> str:
     """The headline in one table: a row per method and budget, a column per (dataset, temperature),
-    each cell the speedup vs ar with tau in brackets; ar's row gives its tokens/s."""
-    summary = summarize(records)
+    each cell the speedup vs ar with tau in brackets; ar's row gives its tokens/s. From the
+    `summarize` rows of the records."""
     cells = {(x["method"], x["budget"], x["dataset"], x["temperature"]): x for x in summary}
 
     def cell(key, column):
@@ -292,11 +295,11 @@ def speedup_matrix(records: list[dict]) -> str:
     return _matrix(keys, distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
 
 
-def taps_rival_rows(records: list[dict]) -> list[dict]:
+def taps_rival_rows(records: list[dict], summary: list[dict]) -> list[dict]:
     """`head_to_head` rows of taps and each of its variants present (taps+rollout, the ablations, ...;
     files written before methods took options name them taps-rollout, taps-fixed, ...)."""
     present = dict.fromkeys(r["method"] for r in records)  # first-seen order: the --methods order
-    return [row for m in present if m == "taps" or m.startswith(("taps+", "taps-")) for row in head_to_head(records, m)]
+    return [row for m in present if m == "taps" or m.startswith(("taps+", "taps-")) for row in head_to_head(records, summary, m)]
 
 
 def rival_matrix(rows: list[dict]) -> str:
@@ -316,10 +319,10 @@ def rival_matrix(rows: list[dict]) -> str:
     return _matrix(keys, distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
 
 
-def matrix_section(records: list[dict], rival_rows: list[dict]) -> list[str]:
-    """The report's headline: `speedup_matrix`, then `rival_matrix` of `taps_rival_rows(records)`
+def matrix_section(summary: list[dict], rival_rows: list[dict]) -> list[str]:
+    """The report's headline: `speedup_matrix`, then `rival_matrix` of `taps_rival_rows`
     when taps met a rival, and the footnote to cells over fewer than MIN_PROMPTS prompts if any."""
-    matrix = speedup_matrix(records)
+    matrix = speedup_matrix(summary)
     lines = ["## Speedup over ar at a glance", "", matrix, "",
              "- cells: speedup vs ar (tau in brackets), \"level\" where its 95% interval contains 1; the full table "
              "below has every number and interval."]
@@ -351,10 +354,10 @@ def head_to_head_section(rows: list[dict]) -> list[str]:
     ]
 
 
-def same_size_section(records: list[dict]) -> list[str]:
+def same_size_section(summary: list[dict]) -> list[str]:
     """The report's lines comparing each method's tau with ddtree's at the same mean tree size;
     none unless ddtree ran at two or more budgets somewhere."""
-    rows = [x for x in same_size_tau(records) if x["reference_tau"] is not None]
+    rows = [x for x in same_size_tau(summary) if x["reference_tau"] is not None]
     if not rows:
         return []
     return [
@@ -382,11 +385,11 @@ LLAMA_CPP_COLUMNS = (
 )
 
 
-def llama_cpp_section(records: list[dict]) -> list[str]:
+def llama_cpp_section(records: list[dict], summary: list[dict]) -> list[str]:
     """The report's lines on the llama.cpp peers (records.LLAMA_CPP_PEERS): their median tokens/s
     beside taps' ar on the same set and temperature, and no ratio: they decode the GGUF's own 4-bit
-    model, so their speed is not a lossless speedup of the target. None without such records."""
-    summary = summarize(records)
+    model, so their speed is not a lossless speedup of the target. None without such records.
+    `summary`: `summarize(records)`."""
     runs = runs_by_key(records)
     ar = {(x["dataset"], x["temperature"]): x["tokens_per_second"] for x in summary if x["method"] == "ar"}
     rows = []
@@ -433,14 +436,17 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
 
     out_dir = make_folder(out_dir, f"the report to {out_dir}", "choose another --out")
 
-    summary = summarize(own)  # bootstrap intervals for every row: computed once, for the table and the plots
+    # bootstrap intervals for every row, computed once for every table and plot; a row depends only on
+    # its own records and ar's, so the rows of `own` are those of all records less the llama.cpp rows
+    summary = summarize(records)
+    own_summary = [x for x in summary if x["method"] not in LLAMA_CPP_PEERS]
     figures = []
-    for name, (caption, draw) in plots(own, summary).items():
+    for name, (caption, draw) in plots(own, own_summary).items():
         path = out_dir / name
         path.unlink(missing_ok=True)  # a plot with no data now must not leave an older one behind
         if draw(path):
             figures += [f"![{caption}]({name})", ""]  # a blank line each: one image per paragraph
-    rival_rows = taps_rival_rows(own)  # head_to_head is the report's costliest table: computed once
+    rival_rows = taps_rival_rows(own, own_summary)
     lines = [
         "# taps benchmark report",
         "",
@@ -448,17 +454,17 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         "",
         *environment_lines(records),
         "",
-        *matrix_section(own, rival_rows),
+        *matrix_section(own_summary, rival_rows),
         "## Every method, dataset and temperature",
         "",
-        markdown_table(summary),
+        markdown_table(own_summary),
         "",
         DEFINITIONS,
         "",
         *head_to_head_section(rival_rows),
-        *llama_cpp_section(records),
-        *same_size_section(own),
-        *round_cost_section(own),
+        *llama_cpp_section(records, summary),
+        *same_size_section(own_summary),
+        *round_cost_section(own, own_summary),
         "## Plots",
         "",
         *(figures or ["No plottable data.", ""]),
