@@ -408,8 +408,9 @@ def matrix_cells(markdown):
 def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_rows():
     records = synthetic_records()
     records += [{**r, "method": "taps"} for r in records if (r["method"], r["budget"]) == ("ddtree", 16)]
-    cells = matrix_cells(speedup_matrix(summarize(records)))
-    for x in summarize(records):
+    summary = summarize(records)
+    cells = matrix_cells(speedup_matrix(summary))
+    for x in summary:
         column = f"{x['dataset'].split('/')[-1]} T={x['temperature']:g}"
         if x["method"] == "ar":
             assert cells["ar (tokens/s)", column] == f"{x['tokens_per_second']:.2f} †"
@@ -417,9 +418,9 @@ def test_speedup_matrix_holds_the_summary_numbers_and_rivals_the_head_to_head_ro
             assert cells[x["method"], column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} †"
         else:
             assert cells[f"{x['method']}:{x['budget']}", column] == f"{x['speedup_vs_ar']:.2f}x{level(x)} ({x['tau']:.1f}) †"
-    assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summarize(records)})
-    rivals = matrix_cells(rival_matrix(taps_rival_rows(records, summarize(records))))
-    rows = head_to_head(records, summarize(records))
+    assert len(cells) == 6 * len({(x["method"], x["budget"]) for x in summary})
+    rivals = matrix_cells(rival_matrix(taps_rival_rows(records, summary)))
+    rows = head_to_head(records, summary)
     assert len(rivals) == len(rows) and {r["rival"] for r in rows} == {"hf-assisted", "ddtree"}
     for r in rows:
         column = f"{r['dataset'].split('/')[-1]} T={r['temperature']:g}"

@@ -162,12 +162,12 @@ def same_size_tau(summary: list[dict], reference: str = "ddtree") -> list[dict]:
     size, per (dataset, temperature): issue 4's "taps against ddtree at the same size" (the paper
     reports +14% for TAPS), read off the reference's measured budgets by `tau_at_size`; from the
     `summarize` rows of the records."""
-    summary = [x for x in summary if x["tau"] is not None and x["mean_tree_size"]]
+    measured = [x for x in summary if x["tau"] is not None and x["mean_tree_size"]]
     rows = []
-    for x in summary:
+    for x in measured:
         if x["method"] == reference:
             continue
-        curve = [(y["mean_tree_size"], y["tau"]) for y in summary
+        curve = [(y["mean_tree_size"], y["tau"]) for y in measured
                  if y["method"] == reference and (y["dataset"], y["temperature"]) == (x["dataset"], x["temperature"])]
         ref = tau_at_size(curve, x["mean_tree_size"])
         rows.append({
@@ -299,7 +299,8 @@ def taps_rival_rows(records: list[dict], summary: list[dict]) -> list[dict]:
     """`head_to_head` rows of taps and each of its variants present (taps+rollout, the ablations, ...;
     files written before methods took options name them taps-rollout, taps-fixed, ...)."""
     present = dict.fromkeys(r["method"] for r in records)  # first-seen order: the --methods order
-    return [row for m in present if m == "taps" or m.startswith(("taps+", "taps-")) for row in head_to_head(records, summary, m)]
+    return [row for m in present if m == "taps" or m.startswith(("taps+", "taps-"))
+            for row in head_to_head(records, summary, m)]
 
 
 def rival_matrix(rows: list[dict]) -> str:
