@@ -254,7 +254,7 @@ MIN_PROMPTS = 30  # a headline cell over fewer prompts is marked FEW: its median
 FEW = "†"
 
 
-def _few(prompts: int) -> str:
+def few_mark(prompts: int) -> str:
     """What a headline cell over `prompts` prompts adds: FEW below MIN_PROMPTS."""
     return f" {FEW}" if prompts < MIN_PROMPTS else ""
 
@@ -284,12 +284,12 @@ def speedup_matrix(summary: list[dict]) -> str:
         if x is None or x["tokens_per_second"] is None:
             return None
         if key[1] == "ar":
-            return f"{x['tokens_per_second']:.2f}{_few(x['prompts'])}"
+            return f"{x['tokens_per_second']:.2f}{few_mark(x['prompts'])}"
         if x["speedup_vs_ar"] is None:
             return None
         level = " level" if is_level(x["ci_low"], x["ci_high"]) else ""
         tau = "" if x["tau"] is None else f" ({x['tau']:.1f})"
-        return f"{x['speedup_vs_ar']:.2f}x{level}{tau}{_few(x['prompts'])}"
+        return f"{x['speedup_vs_ar']:.2f}x{level}{tau}{few_mark(x['prompts'])}"
 
     keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in distinct((x["method"], x["budget"]) for x in summary)]
     return _matrix(keys, distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
@@ -314,7 +314,7 @@ def rival_matrix(rows: list[dict]) -> str:
             return None
         level = " level" if r["verdict"] == "level" else ""
         rival_budget = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
-        return f"{r['speedup_vs_rival']:.2f}x{level}{rival_budget}{_few(r['prompts'])}"
+        return f"{r['speedup_vs_rival']:.2f}x{level}{rival_budget}{few_mark(r['prompts'])}"
 
     keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
     return _matrix(keys, distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
