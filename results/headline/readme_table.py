@@ -4,15 +4,15 @@ each cell the median paired speedup over ar at T=0 / T=1 (ar's row: its tokens/s
 
     .venv/bin/python results/headline/readme_table.py [results/headline/results.jsonl]
 
-Prints markdown; the README and docs/results.md paste it. The numbers are taps.summary's, the
-same as report.md's, only laid out two temperatures to a cell.
+Prints markdown; the README pastes it. The numbers and cells are report.md's (taps.report's
+`headline_cell`), laid out two temperatures to a cell.
 """
 
 import sys
 
 from taps.records import read_records
-from taps.report import few_mark
-from taps.summary import is_level, summarize
+from taps.report import headline_cell
+from taps.summary import summarize
 
 SETS = [("humaneval", "HumanEval"), ("mt-bench", "MT-Bench"), ("math_reasoning", "math"), ("summarization", "summaries"),
         ("translation", "translation"), ("qa", "QA"), ("rag", "RAG")]  # Spec-Bench's categories by their own names
@@ -22,12 +22,7 @@ ROWS = [("ar", "`ar` (tokens/s)"), ("hf-generate", "transformers `generate`"), (
 
 
 def cell(row: dict | None) -> str:
-    if row is None or row["tokens_per_second"] is None:
-        return "-"
-    if row["method"] == "ar":
-        return f"{row['tokens_per_second']:.2f}{few_mark(row['prompts'])}"
-    level = " ~" if is_level(row["ci_low"], row["ci_high"]) else ""
-    return f"{row['speedup_vs_ar']:.2f}x{level}{few_mark(row['prompts'])}"
+    return (row and headline_cell(row, level=" ~", tau=False)) or "-"
 
 
 def main(path: str) -> None:

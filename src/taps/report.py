@@ -254,7 +254,7 @@ MIN_PROMPTS = 30  # a headline cell over fewer prompts is marked FEW: its median
 FEW = "†"
 
 
-def few_mark(prompts: int) -> str:
+def _few(prompts: int) -> str:
     """What a headline cell over `prompts` prompts adds: FEW below MIN_PROMPTS."""
     return f" {FEW}" if prompts < MIN_PROMPTS else ""
 
@@ -273,6 +273,19 @@ def _matrix(row_keys: list, columns: list[tuple], cell: Callable[[tuple, tuple],
     return "\n".join(lines)
 
 
+def headline_cell(x: dict, level: str = " level", tau: bool = True) -> str | None:
+    """A `summarize` row as a headline cell: ar's tokens/s, any other method's speedup vs ar with
+    `level` where its interval contains 1 and (if `tau`) tau in brackets; FEW under MIN_PROMPTS
+    prompts; None without a speed."""
+    if x["tokens_per_second"] is None or (x["method"] != "ar" and x["speedup_vs_ar"] is None):
+        return None
+    if x["method"] == "ar":
+        return f"{x['tokens_per_second']:.2f}{_few(x['prompts'])}"
+    mark = level if is_level(x["ci_low"], x["ci_high"]) else ""
+    brackets = f" ({x['tau']:.1f})" if tau and x["tau"] is not None else ""
+    return f"{x['speedup_vs_ar']:.2f}x{mark}{brackets}{_few(x['prompts'])}"
+
+
 def speedup_matrix(summary: list[dict]) -> str:
     """The headline in one table: a row per method and budget, a column per (dataset, temperature),
     each cell the speedup vs ar with tau in brackets; ar's row gives its tokens/s. From the
@@ -281,15 +294,7 @@ def speedup_matrix(summary: list[dict]) -> str:
 
     def cell(key, column):
         x = cells.get((key[1], key[2], *column))
-        if x is None or x["tokens_per_second"] is None:
-            return None
-        if key[1] == "ar":
-            return f"{x['tokens_per_second']:.2f}{few_mark(x['prompts'])}"
-        if x["speedup_vs_ar"] is None:
-            return None
-        level = " level" if is_level(x["ci_low"], x["ci_high"]) else ""
-        tau = "" if x["tau"] is None else f" ({x['tau']:.1f})"
-        return f"{x['speedup_vs_ar']:.2f}x{level}{tau}{few_mark(x['prompts'])}"
+        return None if x is None else headline_cell(x)
 
     keys = [("ar (tokens/s)" if m == "ar" else _label(m, b), m, b) for m, b in distinct((x["method"], x["budget"]) for x in summary)]
     return _matrix(keys, distinct((x["dataset"], x["temperature"]) for x in summary), cell, "method")
@@ -314,7 +319,7 @@ def rival_matrix(rows: list[dict]) -> str:
             return None
         level = " level" if r["verdict"] == "level" else ""
         rival_budget = "" if r["rival_budget"] is None else f" (:{r['rival_budget']})"
-        return f"{r['speedup_vs_rival']:.2f}x{level}{rival_budget}{few_mark(r['prompts'])}"
+        return f"{r['speedup_vs_rival']:.2f}x{level}{rival_budget}{_few(r['prompts'])}"
 
     keys = [(f"{_label(m, b)} / {rival}", m, b, rival) for m, b, rival in distinct((r["method"], r["budget"], r["rival"]) for r in rows)]
     return _matrix(keys, distinct((r["dataset"], r["temperature"]) for r in rows), cell, "against")
