@@ -425,3 +425,23 @@ def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_lossle
         for method in ("chain", "ddtree", "taps+rollout"):
             res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), d)
             assert res.token_ids == ref, (quant, method)
+
+
+def test_a_warm_start_from_a_grown_drafter_folder_begins_with_its_weights(tmp_path, folders, sequences):
+    """--init-from a drafter folder (the shipped drafter, or one from another machine) loads its
+    adapters and mask row: the held-out loss before the first step equals that of a warm start from
+    the run's own state.pt, and is far below a fresh start's (the control)."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"ids": s}) + "\n" for s in sequences))
+    first = train_drafter(config(tmp_path, folders, data, adapt="masks", out=str(tmp_path / "a")))
+
+    def step0_loss(name: str, init_from: str | None) -> float:
+        train_drafter(config(tmp_path, folders, data, adapt="masks", out=str(tmp_path / name), init_from=init_from,
+                             stop_after_steps=1))
+        return json.loads((tmp_path / name / "log.jsonl").read_text().splitlines()[0])["eval_loss"]
+
+    from_state = step0_loss("state", str(tmp_path / "a"))
+    assert step0_loss("folder", str(first.drafter_dir)) == pytest.approx(from_state, rel=1e-6)
+    assert step0_loss("cold", None) > 1.2 * from_state
+    with pytest.raises(ValueError, match=r"grown drafter with other settings \(adapt differ\)"):
+        train_drafter(config(tmp_path, folders, data, out=str(tmp_path / "all"), init_from=str(first.drafter_dir)))

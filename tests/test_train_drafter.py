@@ -241,6 +241,16 @@ def test_a_warm_start_on_more_data_begins_where_another_run_ended(model, tmp_pat
         train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "d"), init_from=str(tmp_path / "none")), model=model)
     with pytest.raises(ValueError, match="num_hidden_layers, target_layer_ids differ"):
         train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "e"), num_hidden_layers=2, target_layer_ids=(0, 1)), model=model)
+    # the first run's drafter folder (what a checkout carries, unlike state.pt) starts at the same weights
+    folder = train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "g"), init_from=str(first.drafter_dir),
+                                               stop_after_steps=1), model=model)
+    folder_log = [json.loads(x) for x in (folder.drafter_dir.parent / "log.jsonl").read_text().splitlines()]
+    assert folder_log[0]["eval_loss"] == pytest.approx(log[0]["eval_loss"], rel=1e-6)
+    with pytest.raises(ValueError, match="DFlash drafter with other settings"):
+        train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "h"), init_from=str(first.drafter_dir),
+                                          num_hidden_layers=2), model=model)
+    with pytest.raises(ValueError, match="taps ships no drafter for tiny"):
+        train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "i"), init_from="shipped"), model=model)
 
 
 def test_a_crash_while_saving_leaves_the_last_checkpoint_whole(model, tmp_path, data_file, monkeypatch):

@@ -81,6 +81,9 @@ class KindTraining:
     runs: Callable[[TrainDrafterConfig], str]  # the model loaded to run while training: the target, or a base
     trainee: Callable[[TrainDrafterConfig, PreTrainedModel, list[list[int]]], Trainee]  # (cfg, model, training ids) -> a new seeded trainee
     save: Callable[[Trainee, Path], None]  # writes the trainee as a folder of this kind
+    # loads a saved folder of this kind (the shipped drafter, a run's drafter/) into a new trainee of the
+    # same settings, refusing others: a warm start that needs no state.pt, which no checkout carries
+    warm_start: Callable[[Trainee, Path], None]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -328,6 +329,15 @@ def _save(trainee: DFlashTrainee, folder: Path) -> None:
     save_dflash(trainee.module, folder, trainee.info)
 
 
+def _warm_start(trainee: DFlashTrainee, folder: Path) -> None:
+    model, _ = read_dflash(folder)
+    changed = sorted(k for k, v in asdict(model.config).items() if asdict(trainee.spec)[k] != v)
+    if changed:
+        raise ValueError(f"init_from: {folder} is a DFlash drafter with other settings ({', '.join(changed)} differ); "
+                         "use the same drafter options")
+    trainee.module.load_state_dict(model.state_dict())
+
+
 DFLASH = register(DrafterKind(
     name="dflash",
     doc="a new DFlash model reading target features",
@@ -340,5 +350,6 @@ DFLASH = register(DrafterKind(
         runs=lambda cfg: cfg.target,  # the frozen target gives the features and the soft labels
         trainee=DFlashTrainee,
         save=_save,
+        warm_start=_warm_start,
     ),
 ))

@@ -587,6 +587,26 @@ def _save(trainee: GrownTrainee, folder: Path) -> None:
     save_grown(trainee.module, trainee.spec, folder, trainee.info, trainee.vocab)
 
 
+def _warm_start(trainee: GrownTrainee, folder: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    cfg, info = read_grown(folder)
+    changed = sorted(k for k, v in asdict(cfg).items() if getattr(trainee.spec, k) != v)
+    if info.get("vocab_size") != trainee.info.vocab_size:
+        changed.append("target")
+    vocab = read_draft_vocabulary(folder, cfg)
+    if not changed and vocab is not None and not torch.equal(vocab, trainee.vocab):
+        changed.append("draft vocabulary")  # chosen from the training data: other data, other ids
+    if changed:
+        raise ValueError(f"init_from: {folder} is a grown drafter with other settings ({', '.join(changed)} differ); "
+                         "use the same base and drafter options")
+    loaded = set_peft_model_state_dict(trainee.module, load_file(str(folder / "adapter_model.safetensors")))
+    if loaded.unexpected_keys:
+        raise ValueError(f"init_from: {folder}'s adapters do not fit this drafter "
+                         f"({len(loaded.unexpected_keys)} unexpected, e.g. {loaded.unexpected_keys[0]})")
+
+
 GROWN = register(DrafterKind(
     name="grown",
     doc="a pretrained --base with LoRA adapters",
@@ -599,5 +619,6 @@ GROWN = register(DrafterKind(
         runs=lambda cfg: cfg.base,  # only the base runs: a grown drafter reads no target
         trainee=GrownTrainee,
         save=_save,
+        warm_start=_warm_start,
     ),
 ))

@@ -111,8 +111,10 @@ TRAIN_HELP = {  # one line per TrainDrafterConfig field (tests check that every 
     "max_steps": "cut the whole schedule (warm-up, decay) to N optimizer steps, for a time budget on much data; "
                  "another N on a resumed run extends it: the data order and optimizer go on, the learning rate warms "
                  "up and decays again over the steps left (default: all epochs)",
-    "init_from": "start from the weights another run folder trained (same kind and drafter options), e.g. to go "
-                 "on with more --data, which a resumed run refuses; its schedule starts anew (default: none)",
+    "init_from": "start from the weights of another run folder, a drafter folder of the same kind, or 'shipped' (the "
+                 "drafter taps ships for --target), of the same drafter options: e.g. to go on with more --data, "
+                 "which a resumed run refuses, or on a machine without the run that trained it; its schedule starts "
+                 "anew (default: none)",
 }
 TRAIN_REQUIRED = ("target", "data", "out", "mask_token_id", "progress")  # options of their own
 

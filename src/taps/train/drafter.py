@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from taps.assets import DTYPES
 from taps.drafters import KINDS
-from taps.drafters.base import Trainee
+from taps.drafters.base import DrafterKind, Trainee
 from taps.drafters.grown import ADAPT
 from taps.files import output_folder
 from taps.records import is_header
@@ -77,7 +77,9 @@ class TrainDrafterConfig:
     stop_after_steps: int | None = None  # end this run at this step (the schedule still spans all epochs); rerun to resume
     dtype: str = "float32"  # "float32" or "bfloat16": the target's weights and the drafter's compute (its weights stay float32)
     seed: int = 0  # drafter init, held-out split, data order and anchors
-    init_from: str | None = None  # start the trained weights from another run folder's state.pt (same drafter settings); the schedule starts anew
+    # start the weights from a run folder's state.pt, a drafter folder of the kind or "shipped" (the drafter
+    # taps ships for the target), of the same drafter settings; the schedule starts anew
+    init_from: str | None = None
     progress: bool = True  # show a tqdm progress bar
 
     def __post_init__(self):
@@ -311,18 +313,32 @@ def _changed(saved: dict, now: dict) -> list[str]:
     return sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k))
 
 
-def _init_weights(run: Path, drafter_config: dict) -> dict[str, torch.Tensor]:
-    """The trained weights of another run (its state.pt), for a drafter of the same settings: a
-    warm start, e.g. on more data, whose file hash a resumed run would refuse."""
-    path = run / STATE_FILE if run.is_dir() else run
-    if not path.is_file():
-        raise ValueError(f"init_from: no training state at {path}; name a train-drafter run folder")
-    state = torch.load(path, weights_only=True)
-    changed = _changed(state["drafter_config"], drafter_config)
+def _warm_start(trainee: Trainee, kind: DrafterKind, given: str, target: str) -> None:
+    """Start the trainee's weights from another run's state.pt (its folder or the file) or from a
+    saved drafter folder of the same kind ("shipped": the drafter taps ships for the target), for a
+    drafter of the same settings: e.g. to go on with more data, whose file hash a resumed run would
+    refuse, or on a machine where the run that trained the shipped drafter is gone."""
+    from taps.drafters.loading import shipped_drafter
+
+    path = Path(given)
+    if given == "shipped":
+        shipped = shipped_drafter(target)
+        if shipped is None:
+            raise ValueError(f"init_from: taps ships no drafter for {target}; name a run or drafter folder")
+        path = Path(shipped)
+    if (path / kind.marker).is_file():
+        kind.training.warm_start(trainee, path)
+        return
+    state_path = path / STATE_FILE if path.is_dir() else path
+    if not state_path.is_file():
+        raise ValueError(f"init_from: no training state or {kind.name} drafter at {path}; "
+                         "name a train-drafter run folder, a drafter folder of that kind, or 'shipped'")
+    state = torch.load(state_path, weights_only=True)
+    changed = _changed(state["drafter_config"], asdict(trainee.spec))
     if changed:
-        raise ValueError(f"init_from: {path} trained a drafter with other settings ({', '.join(changed)} differ); "
-                         "use the same kind, base and drafter options")
-    return state["drafter"]
+        raise ValueError(f"init_from: {state_path} trained a drafter with other settings "
+                         f"({', '.join(changed)} differ); use the same kind, base and drafter options")
+    trainee.module.load_state_dict(state["drafter"], strict=False)
 
 
 def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: Path) -> TrainResult:
@@ -387,7 +403,7 @@ def _train_drafter(cfg: TrainDrafterConfig, model: PreTrainedModel | None, out: 
                 group["lr"] = lr
         tokens = state.get("tokens", 0)  # checkpoints from before the count resume from 0
     elif cfg.init_from is not None:
-        trainee.module.load_state_dict(_init_weights(Path(cfg.init_from), asdict(trainee.spec)), strict=False)
+        _warm_start(trainee, KINDS[cfg.kind], cfg.init_from, cfg.target)
 
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     stop = total if cfg.stop_after_steps is None else min(total, cfg.stop_after_steps)
