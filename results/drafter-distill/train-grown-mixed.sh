@@ -7,12 +7,17 @@
 # The run folder lives under the taps home, not in the checkout: a checkout can be replaced between
 # sessions (session 18's runs/ was lost that way), the taps home stays. Resumable: rerun the same
 # command to continue from its state.pt (saved every 25 steps).
-#     [DTYPE=float32] [MAX_STEPS=N [FROM=M]] results/drafter-distill/train-grown-mixed.sh [l12|masks]
+#     [DTYPE=float32] [MAX_STEPS=N [FROM=M]] [INIT=shipped|FOLDER [LR=x]] \
+#         results/drafter-distill/train-grown-mixed.sh [l12|masks]
 # DTYPE: bfloat16 (default) where the CPU has native bf16 kernels, float32 elsewhere (README).
 # MAX_STEPS cuts the schedule to what one session's machine trains (README: a run's state does not
 # survive a change of machine); the run folder then names the dtype and the steps. FROM=N (with
 # MAX_STEPS above N) starts the run as a copy of the same variant's MAX_STEPS=N run and extends it:
 # the data order and optimizer go on from step N, the learning rate warms up and decays again.
+# INIT: start from the weights of a grown drafter folder of the same settings, or of the shipped one
+# (--init-from), with a new schedule at peak learning rate LR (default 5e-4), on the chat second turns
+# too (distill-vllm-chat-followup-bf16.jsonl, 131K tokens the shipped drafter never saw): how training
+# goes on across machines, where a run folder does not survive (README). The run folder says "-from-".
 # masks: the adapters act on the mask rows only (peft's activated LoRA, --adapt masks), so the
 # root's row and the context's cache stay the 0.5B's (README: slot 1 fell in the runs without it).
 # l12: the cheaper draft (docs/method.md 2.3): 12 of the 0.5B's 24 layers and a head of the data's
@@ -30,13 +35,20 @@ case "$VARIANT" in
 esac
 DTYPE=${DTYPE:-bfloat16}
 NAME=grown-mixed${VARIANT:+-$VARIANT}${MAX_STEPS:+-$DTYPE-$MAX_STEPS}
+DATA=($D/distill-vllm-bf16.jsonl $D/distill-vllm-chat-bf16.jsonl)
+if [ -n "${INIT:-}" ]; then
+    [ -z "${FROM:-}" ] || { echo "train-grown-mixed.sh: give FROM or INIT, not both" >&2; exit 2; }
+    NAME=$NAME-from-$(basename "$INIT")${LR:+-lr$LR}
+    DATA+=($D/distill-vllm-chat-followup-bf16.jsonl)
+    EXTRA+=(--init-from "$INIT")
+fi
 RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-$NAME
 if [ -n "${FROM:-}" ] && [ ! -d "$RUN" ]; then
     cp -r "${RUN%-$MAX_STEPS}-$FROM" "$RUN"
 fi
 .venv/bin/taps train-drafter --target qwen2.5-coder-1.5b --kind grown --base qwen2.5-coder-0.5b \
-    --data $D/distill-vllm-bf16.jsonl $D/distill-vllm-chat-bf16.jsonl --out "$RUN" \
+    --data "${DATA[@]}" --out "$RUN" \
     --mask-token-id 151662 --block-size 8 --lora-rank 16 --anchors-per-sequence 24 --max-seq-len 512 \
-    --epochs 1 --lr 5e-4 --eval-sequences 16 --eval-every 50 --save-every 25 --scorer-prompts 0 \
+    --epochs 1 --lr "${LR:-5e-4}" --eval-sequences 16 --eval-every 50 --save-every 25 --scorer-prompts 0 \
     --dtype "$DTYPE" ${MAX_STEPS:+--max-steps "$MAX_STEPS"} --no-progress "${EXTRA[@]}"
 cp "$RUN/log.jsonl" results/drafter-distill/$NAME-train_log.jsonl
