@@ -22,6 +22,8 @@ LOGS = {
         HERE / "grown-mixed-masks-float32-1000-train_log.jsonl",
     "the same, bfloat16, one 1,000-step schedule (shipped in session 27)":
         HERE / "grown-mixed-masks-bfloat16-1000-train_log.jsonl",
+    "on from the shipped one, + chat second turns, 800 steps (x: tokens after it)":
+        HERE / "grown-mixed-masks-bfloat16-800-from-shipped-lr3e-4-train_log.jsonl",
 }
 
 

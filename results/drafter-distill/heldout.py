@@ -4,25 +4,29 @@ The same 16 answers of both self-distilled files, the same anchors and the same 
 (taps.train.drafter.evaluate: loss, accuracy per slot, estimated chain tau) that the run logs
 every 50 steps, for any grown drafter folder: the shipped one, trained elsewhere, reads on the
 run's own scale, and a run's saved drafter/ reproduces its last logged evaluation (a check of
-this script). float32, so it runs on any CPU.
-    .venv/bin/python results/drafter-distill/heldout.py FOLDER [FOLDER ...]   (one JSON line each)
+this script). float32, so it runs on any CPU. DATA=FILE[,FILE] and HELD_OUT=N hold out N answers
+(by the same seeded split) of other files instead: answers no drafter compared has trained on, when
+a run's own split may hold answers an --init-from drafter trained on.
+    [DATA=F,F HELD_OUT=16] .venv/bin/python results/drafter-distill/heldout.py FOLDER [FOLDER ...]
+(one JSON line each)
 """
 
 import functools
 import json
+import os
 import sys
+from pathlib import Path
 
 import torch
-from peft import set_peft_model_state_dict
-from safetensors.torch import load_file
 
 from taps.assets import load_model
-from taps.drafters.grown import GrownTrainee, read_grown
+from taps.drafters.grown import GROWN, GrownTrainee, read_grown
 from taps.train.drafter import TrainDrafterConfig, evaluate, load_sequences, split_sequences
 
 D = "data/drafters/qwen2.5-coder-1.5b"
-DATA = (f"{D}/distill-vllm-bf16.jsonl", f"{D}/distill-vllm-chat-bf16.jsonl")
-MAX_SEQ_LEN, HELD_OUT = 512, 16  # train-grown-mixed.sh's --max-seq-len and --eval-sequences
+DATA = tuple(os.environ.get("DATA", f"{D}/distill-vllm-bf16.jsonl,{D}/distill-vllm-chat-bf16.jsonl").split(","))
+# train-grown-mixed.sh's --max-seq-len and --eval-sequences
+MAX_SEQ_LEN, HELD_OUT = 512, int(os.environ.get("HELD_OUT", 16))
 
 
 @functools.cache
@@ -42,8 +46,6 @@ for folder in sys.argv[1:]:
     model = model.eval().requires_grad_(False)
     sequences = held_out(model.get_output_embeddings().weight.shape[0], cfg.anchor_region, cfg.seed)
     trainee = GrownTrainee(cfg, model, [])
-    loaded = set_peft_model_state_dict(trainee.module, load_file(f"{folder}/adapter_model.safetensors"))
-    if loaded.unexpected_keys:
-        sys.exit(f"heldout.py: {folder}'s adapters do not fit the drafter: {loaded.unexpected_keys[:3]}")
+    GROWN.training.warm_start(trainee, Path(folder))
     print(json.dumps({"drafter": folder, **evaluate(trainee, sequences, cfg, torch.autocast("cpu", enabled=False))}),
           flush=True)
