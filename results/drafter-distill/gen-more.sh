@@ -9,6 +9,8 @@
 #   3. answers sampled at T=1 (the law sampled decoding verifies against) to 512 prompts of the
 #      default mix and 512 chat prompts, seed 1 (other prompts than the greedy files' seed 0)
 #     results/drafter-distill/gen-more.sh
+# To stop it, kill its process group (kill -- -PGID): vLLM's workers rename themselves (VLLM::Worker),
+# so `pkill -f gen-data` leaves them holding ~7 GB each and part of a core.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=data/drafters/qwen2.5-coder-1.5b
