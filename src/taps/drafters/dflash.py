@@ -331,7 +331,8 @@ def _save(trainee: DFlashTrainee, folder: Path) -> None:
 
 def _warm_start(trainee: DFlashTrainee, folder: Path) -> None:
     model, _ = read_dflash(folder)
-    changed = sorted(k for k, v in asdict(model.config).items() if asdict(trainee.spec)[k] != v)
+    now = asdict(trainee.spec)
+    changed = sorted(k for k, v in asdict(model.config).items() if now[k] != v)
     if changed:
         raise ValueError(f"init_from: {folder} is a DFlash drafter with other settings ({', '.join(changed)} differ); "
                          "use the same drafter options")

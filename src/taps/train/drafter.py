@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from taps.assets import DTYPES
-from taps.drafters import KINDS
+from taps.drafters import KINDS, shipped_drafter
 from taps.drafters.base import DrafterKind, Trainee
 from taps.drafters.grown import ADAPT
 from taps.files import output_folder
@@ -318,8 +318,6 @@ def _warm_start(trainee: Trainee, kind: DrafterKind, given: str, target: str) ->
     saved drafter folder of the same kind ("shipped": the drafter taps ships for the target), for a
     drafter of the same settings: e.g. to go on with more data, whose file hash a resumed run would
     refuse, or on a machine where the run that trained the shipped drafter is gone."""
-    from taps.drafters.loading import shipped_drafter
-
     path = Path(given)
     if given == "shipped":
         shipped = shipped_drafter(target)
