@@ -8,6 +8,9 @@ it) and ar runs in both (its two medians show the machine's noise). Methods chai
 taps:32 beside ar on the first 10 HumanEval problems, 10 MT-Bench questions (turn 1) and 10
 GSM-Symbolic problems (DATASETS=a,b picks others), T=0, at most 128 new tokens, drafters int8, the
 target in DTYPE (default: taps' default on this CPU, float32 where it has no native bfloat16).
+TARGET=smollm2-135m compares drafters of that target instead of qwen2.5-coder-1.5b's; QUANT=none,int8
+sets each drafter's quantization (shipped, candidate; default int8 for both): SmolLM2's shipped
+DFlash drafter shares the target's dtype and runs int8 only beside a float32 target.
 Resumable: a rerun runs what either file lacks; LIMIT=N takes the first N prompts of each set (the
 files stay valid for a later rerun with more).
 BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the one it replaced
@@ -15,8 +18,8 @@ BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the o
 
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar.
-    [DTYPE=float32] [LIMIT=10] [DATASETS=humaneval,mt-bench] [BASELINE=FOLDER] \
-      .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
+    [TARGET=smollm2-135m] [QUANT=none,int8] [DTYPE=float32] [LIMIT=10] [DATASETS=humaneval,mt-bench] \
+      [BASELINE=FOLDER] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
 
 import os
@@ -30,22 +33,23 @@ from taps.drafters import shipped_drafter
 from taps.linear import default_dtype
 from taps.summary import median_speed_ratio, paired, ratio_interval, summarize
 
-TARGET = "qwen2.5-coder-1.5b"
+TARGET = os.environ.get("TARGET", "qwen2.5-coder-1.5b")
 candidate, out = sys.argv[1], Path(sys.argv[2])
 dtype = os.environ.get("DTYPE") or default_dtype()
 limit = int(os.environ.get("LIMIT", 10))
 datasets = tuple(os.environ.get("DATASETS", "humaneval,mt-bench,gsm-symbolic").split(","))
+quants = dict(zip(("shipped", "candidate"), os.environ.get("QUANT", "int8,int8").split(",")))
 out.mkdir(parents=True, exist_ok=True)
 drafters = {"shipped": os.environ.get("BASELINE") or shipped_drafter(TARGET), "candidate": candidate}
 for name, drafter in drafters.items():
     profile = out / f"profile-{name}.json"
     if not profile.exists():
         subprocess.run([".venv/bin/taps", "profile", "--target", TARGET, "--drafter", drafter, "--dtype", dtype,
-                        "--drafter-quant", "int8", "--out", str(profile)], check=True)
+                        "--drafter-quant", quants[name], "--out", str(profile)], check=True)
 base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32"),
-                   datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype,
-                   drafter_quant="int8")
-cfgs = [replace(base, drafter=drafter, profile=str(out / f"profile-{name}.json")) for name, drafter in drafters.items()]
+                   datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype)
+cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(out / f"profile-{name}.json"))
+        for name, drafter in drafters.items()]
 shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
 
 rows = {(r["method"], r["dataset"]): r for r in summarize(shipped)}
