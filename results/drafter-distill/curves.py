@@ -1,6 +1,7 @@
 """Learning curves of the drafters trained on the target's own answers (train-grown.sh and the
-runs after it): held-out slot accuracy against training tokens (learning_curves.png here) and a
-markdown table of every evaluation, with the trend of estimated chain tau per doubling of tokens.
+runs after it): held-out slot accuracy against training tokens (learning_curves.png here for the
+1.5B's drafters, learning_curves_smollm2.png for SmolLM2-135M's) and a markdown table of every
+evaluation, with the trend of estimated chain tau per doubling of tokens.
 
     .venv/bin/python results/drafter-distill/curves.py
 """
@@ -12,7 +13,7 @@ from taps.report_plots import plot_learning_curves
 from taps.train.drafter import tau_gain_per_doubling
 
 HERE = Path(__file__).parent
-LOGS = {
+QWEN = {
     "grown on own answers: Qwen2.5-Coder-0.5B + LoRA, 24 layers": HERE / "grown-train_log.jsonl",
     "grown on code + chat answers: 24 layers": HERE / "grown-mixed-train_log.jsonl",
     "grown on code + chat answers: 12 of 24 layers, 16,384-id head": HERE / "grown-mixed-l12-train_log.jsonl",
@@ -25,6 +26,12 @@ LOGS = {
     "on from the shipped one, + chat second turns, 800 steps (x: tokens after it)":
         HERE / "grown-mixed-masks-bfloat16-800-from-shipped-lr3e-4-train_log.jsonl",
 }
+SMOLLM2 = {
+    "SmolLM2-135M, DFlash layout, random layers (stopped)": HERE / "smollm2-dflash-random-train_log.jsonl",
+    "SmolLM2-135M, DFlash layout, its last 2 layers (stopped)": HERE / "smollm2-dflash-last-train_log.jsonl",
+    "SmolLM2-135M grown from itself, adapters on the masks only": HERE / "smollm2-grown-masks-train_log.jsonl",
+}
+PLOTS = {"learning_curves.png": QWEN, "learning_curves_smollm2.png": SMOLLM2}
 
 
 def tokens_per_step(log: list[dict]) -> float:
@@ -34,9 +41,12 @@ def tokens_per_step(log: list[dict]) -> float:
 
 
 def main() -> None:
-    logs = {name: read_records(path) for name, path in LOGS.items() if path.exists()}
-    runs = {name: (log, tokens_per_step(log)) for name, log in logs.items()}
-    plot_learning_curves(runs, HERE / "learning_curves.png")
+    runs = {}
+    for png, logs in PLOTS.items():
+        plotted = {name: read_records(path) for name, path in logs.items() if path.exists()}
+        plotted = {name: (log, tokens_per_step(log)) for name, log in plotted.items()}
+        plot_learning_curves(plotted, HERE / png)
+        runs |= plotted
     print("| drafter | step | training tokens | minutes | held-out slot accuracy 1..7 | est. chain tau |")
     print("|---|---:|---:|---:|---|---:|")
     for name, (log, per_step) in runs.items():

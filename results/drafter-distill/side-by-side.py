@@ -6,7 +6,7 @@ scorer and its own latency profile (`taps profile` with that drafter on this mac
 each into its own records file, so each file is an ordinary `taps bench` file (`taps report` reads
 it) and ar runs in both (its two medians show the machine's noise). Methods chain:7, ddtree:8 and
 taps:32 beside ar on the first 10 HumanEval problems, 10 MT-Bench questions (turn 1) and 10
-GSM-Symbolic problems (DATASETS=a,b picks others), T=0, at most 128 new tokens, drafters int8, the
+GSM-Symbolic problems (DATASETS=a,b picks others), T=0 (TEMPERATURES=0,1 adds T=1), at most 128 new tokens, drafters int8, the
 target in DTYPE (default: taps' default on this CPU, float32 where it has no native bfloat16).
 TARGET=smollm2-135m compares drafters of that target instead of qwen2.5-coder-1.5b's; QUANT=none,int8
 sets each drafter's quantization (shipped, candidate; default int8 for both): SmolLM2's shipped
@@ -19,7 +19,7 @@ BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the o
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar.
     [TARGET=smollm2-135m] [QUANT=none,int8] [DTYPE=float32] [LIMIT=10] [DATASETS=humaneval,mt-bench] \
-      [BASELINE=FOLDER] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
+      [TEMPERATURES=0,1] [BASELINE=FOLDER] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
 
 import os
@@ -38,6 +38,7 @@ candidate, out = sys.argv[1], Path(sys.argv[2])
 dtype = os.environ.get("DTYPE") or default_dtype()
 limit = int(os.environ.get("LIMIT", 10))
 datasets = tuple(os.environ.get("DATASETS", "humaneval,mt-bench,gsm-symbolic").split(","))
+temperatures = tuple(float(t) for t in os.environ.get("TEMPERATURES", "0").split(","))
 quants = dict(zip(("shipped", "candidate"), os.environ.get("QUANT", "int8,int8").split(",")))
 out.mkdir(parents=True, exist_ok=True)
 drafters = {"shipped": os.environ.get("BASELINE") or shipped_drafter(TARGET), "candidate": candidate}
@@ -47,21 +48,21 @@ for name, drafter in drafters.items():
         subprocess.run([".venv/bin/taps", "profile", "--target", TARGET, "--drafter", drafter, "--dtype", dtype,
                         "--drafter-quant", quants[name], "--out", str(profile)], check=True)
 base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32"),
-                   datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype)
+                   datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype, temperatures=temperatures)
 cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(out / f"profile-{name}.json"))
         for name, drafter in drafters.items()]
 shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
 
-rows = {(r["method"], r["dataset"]): r for r in summarize(shipped)}
-print(f"{'set':<10} {'method':<8} {'tau shipped':>11} {'tau cand.':>9} {'x ar shipped':>12} {'x ar cand.':>10}"
+rows = {(r["method"], r["dataset"], r["temperature"]): r for r in summarize(shipped)}
+print(f"{'set':<10} {'T':>3} {'method':<8} {'tau shipped':>11} {'tau cand.':>9} {'x ar shipped':>12} {'x ar cand.':>10}"
       f"  candidate / shipped tokens/s")
 for row in summarize(cand):
-    method, dataset = row["method"], row["dataset"]
+    key = method, dataset, temperature = row["method"], row["dataset"], row["temperature"]
     if method == "ar":
         continue
-    pairs = paired([r for r in cand if r["method"] == method and r["dataset"] == dataset],
-                   [r for r in shipped if r["method"] == method and r["dataset"] == dataset])
+    pairs = paired([r for r in cand if (r["method"], r["dataset"], r["temperature"]) == key],
+                   [r for r in shipped if (r["method"], r["dataset"], r["temperature"]) == key])
     low, high = ratio_interval(pairs)
-    old = rows[(method, dataset)]
-    print(f"{dataset:<10} {method:<8} {old['tau']:>11.2f} {row['tau']:>9.2f} {old['speedup_vs_ar']:>12.2f} "
+    old = rows[key]
+    print(f"{dataset:<10} {temperature:>3g} {method:<8} {old['tau']:>11.2f} {row['tau']:>9.2f} {old['speedup_vs_ar']:>12.2f} "
           f"{row['speedup_vs_ar']:>10.2f}  {median_speed_ratio(pairs):.3f} [{low:.3f}-{high:.3f}]")
