@@ -7,10 +7,11 @@
 # compares nothing: session 20 saw 2.463 against 2.469; now refused), 64 new tokens a prompt,
 # bfloat16 (labels from the bfloat16 target: a scorer only ranks nodes, the target still verifies
 # every one). Traces are recorded once and reused.
-#     [DTYPE=float32] [PROMPTS=N] [TARGET=smollm2-135m] results/drafter-distill/scorer.sh RUN STEP
-# (the snapshot $TAPS_HOME/runs/grown-RUN-STEP; TARGET: a drafter of that target, traces of it). DTYPE: bfloat16 (default) where the CPU has
-# native bf16 kernels, float32 elsewhere; PROMPTS (default 48, 8 of them held out) fits the
-# recording to a slower machine.
+#     [DTYPE=float32] [PROMPTS=N] [TARGET=smollm2-135m] \
+#         results/drafter-distill/scorer.sh RUN STEP
+# (the snapshot $TAPS_HOME/runs/grown-RUN-STEP; TARGET: a drafter of that target, traces of it).
+# DTYPE: bfloat16 (default) where the CPU has native bf16 kernels, float32 elsewhere; PROMPTS
+# (default 48, 8 of them held out) fits the recording to a slower machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${TAPS_HOME:-$HOME/.cache/taps}/runs

@@ -6,8 +6,9 @@ scorer and its own latency profile (`taps profile` with that drafter on this mac
 each into its own records file, so each file is an ordinary `taps bench` file (`taps report` reads
 it) and ar runs in both (its two medians show the machine's noise). Methods chain:7, ddtree:8 and
 taps:32 beside ar on the first 10 HumanEval problems, 10 MT-Bench questions (turn 1) and 10
-GSM-Symbolic problems (DATASETS=a,b picks others), T=0 (TEMPERATURES=0,1 adds T=1), at most 128 new tokens, drafters int8, the
-target in DTYPE (default: taps' default on this CPU, float32 where it has no native bfloat16).
+GSM-Symbolic problems (DATASETS=a,b picks others), T=0 (TEMPERATURES=0,1 adds T=1), at most 128
+new tokens, drafters int8, the target in DTYPE (default: taps' default on this CPU, float32 where
+it has no native bfloat16).
 TARGET=smollm2-135m compares drafters of that target instead of qwen2.5-coder-1.5b's; QUANT=none,int8
 sets each drafter's quantization (shipped, candidate; default int8 for both): SmolLM2's shipped
 DFlash drafter shares the target's dtype and runs int8 only beside a float32 target.
@@ -17,7 +18,8 @@ BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the o
 (its folder as git held it), so that the comparison can still be run or finished.
 
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
-prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar.
+prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar,
+then the same ratio pooled over sets per method, over all drafting methods, and for ar (noise).
     [TARGET=smollm2-135m] [QUANT=none,int8] [DTYPE=float32] [LIMIT=10] [DATASETS=humaneval,mt-bench] \
       [TEMPERATURES=0,1] [BASELINE=FOLDER] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
@@ -53,16 +55,31 @@ cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(o
         for name, drafter in drafters.items()]
 shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
 
+
+
+def pairs_where(keep) -> list[tuple[dict, dict]]:
+    """(candidate record, shipped record) of the same prompt and temperature, both kept by `keep`."""
+    return paired([r for r in cand if keep(r)], [r for r in shipped if keep(r)])
+
+
+def ratio_text(pairs: list[tuple[dict, dict]]) -> str:
+    low, high = ratio_interval(pairs)
+    return f"{median_speed_ratio(pairs):.3f} [{low:.3f}-{high:.3f}]"
+
+
 rows = {(r["method"], r["dataset"], r["temperature"]): r for r in summarize(shipped)}
-print(f"{'set':<10} {'T':>3} {'method':<8} {'tau shipped':>11} {'tau cand.':>9} {'x ar shipped':>12} {'x ar cand.':>10}"
-      f"  candidate / shipped tokens/s")
+print(f"{'set':<10} {'T':>3} {'method':<8} {'tau shipped':>11} {'tau cand.':>9} {'x ar shipped':>12} "
+      f"{'x ar cand.':>10}  candidate / shipped tokens/s")
 for row in summarize(cand):
     key = method, dataset, temperature = row["method"], row["dataset"], row["temperature"]
     if method == "ar":
         continue
-    pairs = paired([r for r in cand if (r["method"], r["dataset"], r["temperature"]) == key],
-                   [r for r in shipped if (r["method"], r["dataset"], r["temperature"]) == key])
-    low, high = ratio_interval(pairs)
     old = rows[key]
-    print(f"{dataset:<10} {temperature:>3g} {method:<8} {old['tau']:>11.2f} {row['tau']:>9.2f} {old['speedup_vs_ar']:>12.2f} "
-          f"{row['speedup_vs_ar']:>10.2f}  {median_speed_ratio(pairs):.3f} [{low:.3f}-{high:.3f}]")
+    print(f"{dataset:<10} {temperature:>3g} {method:<8} {old['tau']:>11.2f} {row['tau']:>9.2f} "
+          f"{old['speedup_vs_ar']:>12.2f} {row['speedup_vs_ar']:>10.2f}  "
+          f"{ratio_text(pairs_where(lambda r: (r['method'], r['dataset'], r['temperature']) == key))}")
+# Pooled over sets and temperatures, each prompt still paired with itself; ar against ar is the
+# machine's noise between the two files, the yardstick for the others.
+pooled = {m: pairs_where(lambda r, m=m: r["method"] == m) for m in dict.fromkeys(r["method"] for r in cand)}
+print("pooled: " + "; ".join(f"{m} {ratio_text(p)}" for m, p in pooled.items())
+      + f"; all drafting methods {ratio_text([p for m, ps in pooled.items() if m != 'ar' for p in ps])}")
