@@ -56,7 +56,6 @@ cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(o
 shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
 
 
-
 def pairs_where(keep) -> list[tuple[dict, dict]]:
     """(candidate record, shipped record) of the same prompt and temperature, both kept by `keep`."""
     return paired([r for r in cand if keep(r)], [r for r in shipped if keep(r)])

@@ -19,7 +19,7 @@ DATA=data/drafters/smollm2-135m/distill-2x.jsonl
 if [ "$INIT" = grown ]; then
     RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-smollm2-grown-masks
     .venv/bin/taps train-drafter --target smollm2-135m --kind grown --base smollm2-135m --adapt masks \
-        --data $DATA --out "$RUN" --mask-token-id 4 --block-size 8 --lora-rank 16 \
+        --data "$DATA" --out "$RUN" --mask-token-id 4 --block-size 8 --lora-rank 16 \
         --anchors-per-sequence 24 --max-seq-len 384 --epochs 1 --eval-every 50 --save-every 25 \
         --eval-sequences 16 --scorer-prompts 0 --dtype bfloat16 --no-progress
     cp "$RUN/log.jsonl" results/drafter-distill/smollm2-grown-masks-train_log.jsonl
@@ -27,7 +27,7 @@ if [ "$INIT" = grown ]; then
 fi
 RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-smollm2-dflash-$INIT
 .venv/bin/taps train-drafter --target smollm2-135m --kind dflash --init-layers "$INIT" \
-    --data $DATA --out "$RUN" \
+    --data "$DATA" --out "$RUN" \
     --mask-token-id 4 --num-hidden-layers 2 --block-size 8 --target-layer-ids 1,10,18,27 \
     --draft-vocab-size 8192 --anchors-per-sequence 32 --max-seq-len 384 --soft-label-weight 0.5 \
     --epochs 1 --eval-every 50 --save-every 25 --eval-sequences 16 --scorer-prompts 0 \
