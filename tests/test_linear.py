@@ -55,6 +55,24 @@ def test_packed_copy_follows_the_weight_and_copies_without_it():
 
 
 @needs_onednn
+def test_a_layer_stays_plain_when_a_packed_copy_would_leave_too_little_memory(monkeypatch, caplog):
+    import taps.linear
+
+    layer = use_linear(torch.nn.Linear(64, 96), "onednn-packed")
+    monkeypatch.setattr(taps.linear, "MIN_FREE_BYTES", 1 << 60)  # no machine has that much to spare
+    x = torch.randn(1, 5, 64)
+    with torch.no_grad(), caplog.at_level("WARNING", logger="taps"):
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
+        layer(x)
+    assert layer._packed is None and "TAPS_LINEAR=onednn" in caplog.text
+    monkeypatch.setattr(taps.linear, "MIN_FREE_BYTES", 0)
+    layer.weight.data = layer.weight.data.clone()  # a new weight: the layer packs when there is room
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-4, atol=1e-4)
+    assert layer._packed is not None
+
+
+@needs_onednn
 def test_switch_keeps_parameters_and_training_uses_autograd():
     model = tiny_model("qwen2")
     model.lm_head.weight = model.model.embed_tokens.weight  # tied, as in SmolLM2 and the 0.5B
@@ -77,7 +95,10 @@ def test_backend_choice_is_validated(monkeypatch):
     monkeypatch.setenv("TAPS_LINEAR", "torch")
     assert current_linear() == "torch" and linear_in_use("float32") == "torch"
     monkeypatch.delenv("TAPS_LINEAR")
-    assert linear_in_use("bfloat16") == ("onednn" if bf16_native() else "torch")  # bf16: native kernels only
+    # the default by dtype: packed for bfloat16 (native kernels only), plain weights for float32
+    assert linear_in_use("bfloat16") == ("onednn-packed" if bf16_native() else "torch")
+    assert linear_in_use("float32") == current_linear() == ("onednn" if onednn_available() else "torch")
+    assert linear_backend(use_linear(torch.nn.Linear(2, 2).to(torch.bfloat16))) == linear_in_use("bfloat16")
     monkeypatch.setenv("TAPS_LINEAR", "blas")
     with pytest.raises(ValueError, match="TAPS_LINEAR='blas' is not a linear backend"):
         current_linear()

@@ -161,7 +161,8 @@ def _add_load_options(p, drafter_help: str) -> None:
                         "bfloat16 on such CPUs (avx512_bf16, AMX) and GPUs, else float32")
     p.add_argument("--device", default=None, help="cpu (default), cuda, mps, ...: where the models run")
     p.add_argument("--linear", choices=list(BACKENDS), default=None,
-                   help="CPU linear kernel (default: $TAPS_LINEAR, else onednn where this PyTorch has it)")
+                   help="CPU linear kernel (default: $TAPS_LINEAR, else onednn-packed for bfloat16 and onednn for "
+                        "float32 where this PyTorch has oneDNN)")
     p.add_argument("--block-len", type=bounded(int, 1, 256), default=None,
                    help="positions a test drafter proposes per round (15)")
     p.add_argument("--profile", default=None,

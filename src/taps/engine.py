@@ -83,8 +83,9 @@ def load(
         only; a model passed in is quantized in place); lossless then means equal to that quantized
         model's own output.
     linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
-        else onednn where available). flush_denormal: flush denormal floats to zero, process-wide
-        (8x faster float32 decoding on x86 here; pass False to leave torch's setting alone).
+        else onednn-packed for bfloat16 and onednn for float32 where available). flush_denormal:
+        flush denormal floats to zero, process-wide (8x faster float32 decoding on x86 here; pass
+        False to leave torch's setting alone).
     reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
         next turn); False: every call prefills its whole prompt (benchmarks).
     adapt_profile: refit the profile's levels from the times the rounds themselves measure
