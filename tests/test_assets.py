@@ -298,7 +298,7 @@ def test_real_smollm2_fetch_load_and_generate(smollm2):
     folder = assets.fetch("smollm2-135m", progress=False)
     assert assets.is_fetched("smollm2-135m") and (folder / "model.safetensors").is_file()
     model, tokenizer = smollm2
-    assert not model.training and model.config._attn_implementation == "sdpa"
+    assert not model.training and model.config._attn_implementation == "taps_sdpa"  # taps.gqa
     assert getattr(model.config, "quantization_config", None) is None
     ids = tokenizer("def fibonacci(n):", return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=5, do_sample=False)

@@ -7,6 +7,7 @@ import os
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
+from taps.gqa import register
 from taps.linear import use_linear
 
 DEVICE = os.environ.get("TAPS_TEST_DEVICE", "cpu")
@@ -31,7 +32,7 @@ def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positi
         bos_token_id=None,
         pad_token_id=None,
         tie_word_embeddings=False,
-        attn_implementation="sdpa",
+        attn_implementation=register(),  # what taps.assets.load_model gives users
         **overrides,
     )
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

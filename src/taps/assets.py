@@ -430,6 +430,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from taps.gqa import register
     from taps.linear import use_linear
 
     path = resolve(name_or_path)
@@ -440,7 +441,8 @@ def load_model(
     if not verbose:
         hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+        # SDPA that shares grouped K/V heads under masks instead of copying them (taps.gqa)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=register())
         tokenizer = AutoTokenizer.from_pretrained(path)
     # Hub errors (not found, offline) are OSErrors; a folder that holds no model, ValueError.
     except (OSError, ValueError) as error:

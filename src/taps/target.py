@@ -14,6 +14,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from taps.gqa import NAME as GQA
 from taps.rowwise import NAME as ROWWISE
 from taps.tree import Tree
 
@@ -31,7 +32,7 @@ class TreeOutput:
 class Target:
     def __init__(self, model: PreTrainedModel, tokenizer=None, feature_layers: Sequence[int] = ()):
         impl = model.config._attn_implementation
-        if impl not in ("sdpa", "eager", ROWWISE):
+        if impl not in ("sdpa", "eager", ROWWISE, GQA):
             raise TargetError(
                 f"tree verification needs a prepared 4D mask, which attn_implementation={impl!r} "
                 "cannot take; load the target with attn_implementation='sdpa' or 'eager'"
