@@ -7,7 +7,7 @@ import torch
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.drafters.grown import GrownConfig, GrownDrafter
-from taps.quantize import load_dtype, quantize_linears, quantized_layers, scheme_of
+from taps.quantize import auto_scheme, load_dtype, quantize_linears, quantized_layers, scheme_of
 from taps.target import Target
 from tiny import hf_greedy, tiny_model
 
@@ -72,3 +72,20 @@ def test_an_int8_grown_drafter_loads_in_float32_beside_a_bfloat16_target():
     res = generate(target, PROMPT, DecodeConfig("chain", budget=5, max_new_tokens=30, stop_ids=()), drafter)
     assert res.token_ids[:5] == ar.token_ids[:5]  # bfloat16: exact only in float32, so the first tokens
     assert res.stats.tau > 1.2  # the float32 drafter's proposals were accepted by the bfloat16 target
+
+
+def test_auto_picks_int8_where_it_pays_and_names_what_ran():
+    """--drafter-quant auto (the default): each kind's own choice on the CPU, none on an accelerator;
+    test drafters have nothing to quantize; a benchmark's settings say the precision that ran."""
+    from taps.bench import BenchConfig
+    from taps.drafters import KINDS, resolve_quant, shipped_drafter
+
+    for name, kind in KINDS.items():
+        folder = shipped_drafter("qwen2.5-coder-1.5b" if name == "grown" else "smollm2-135m")
+        assert resolve_quant("auto", folder, "cpu") == auto_scheme(kind.auto_quant, "cpu")
+        assert resolve_quant("auto", folder, "cuda") == "none" and resolve_quant("none", folder, "cpu") == "none"
+    assert KINDS["grown"].auto_quant == "int8" and KINDS["dflash"].auto_quant == "none"
+    assert resolve_quant("auto", "oracle", "cpu") == "none" and resolve_quant("auto", None, "cpu") == "none"
+    assert resolve_quant("auto", "qwen2.5-coder-0.5b", "cpu") == auto_scheme("int8", "cpu")  # a sibling
+    assert BenchConfig(target="qwen2.5-coder-1.5b").drafter_quant == auto_scheme("int8", "cpu")
+    assert load_drafter("oracle", Target(tiny_model("llama")), quantize="auto").block_len > 1

@@ -23,12 +23,12 @@ from taps.assets import DTYPES, load_model
 from taps.costmodel import cpu_name
 from taps.datasets import Prompt, load_prompts, spec_bench_digest
 from taps.decode import default_stop_ids
-from taps.drafters import drafter_kind, shipped_drafter, shipped_scorer
+from taps.drafters import drafter_kind, resolve_quant, shipped_drafter, shipped_scorer
 from taps.drafters.dflash import as_transformers_assistant, read_dflash
 from taps.engine import Speculator, load
 from taps.linear import default_dtype, linear_in_use
 from taps.methods import Method
-from taps.quantize import check_scheme, load_dtype, quantize_linears
+from taps.quantize import load_dtype, quantize_linears
 from taps.records import KEY_FIELDS, LLAMA_CPP_PEERS, RecordFile, Run, bench_record, portable_name, record_key
 from taps.rounds import Rollout
 from taps.weightonly import check_target_quant
@@ -93,11 +93,12 @@ class BenchConfig:
     block_len: int | None = None  # positions a test drafter proposes (None: 15)
     profile: str | None = None  # latency profile JSON (default: the one `taps profile` saved for target/dtype)
     scorer: str | None = None  # trained TAPS edge scorer folder, "none" (default: the drafter's scorer/, else none)
-    drafter_quant: str = "none"  # "int8": the drafter and hf-assisted's assistant run int8 linear layers (taps.quantize)
+    drafter_quant: str = "auto"  # "int8": the drafter and hf-assisted's assistant run int8 linear layers (taps.quantize);
+    # "auto": int8 where that pays (taps.quantize.auto_scheme), resolved on creation like dtype
     rollout_steps: int = Rollout.steps  # methods with +rollout: most greedy drafter steps per round
     rollout_reach: float = Rollout.reach  # methods with +rollout: stop when the path's probability falls under it
     device: str | None = None  # where the models run (None: cpu)
-    linear: str | None = None  # CPU linear kernel (taps.linear; None: $TAPS_LINEAR, else onednn)
+    linear: str | None = None  # CPU linear kernel (taps.linear; None: $TAPS_LINEAR, else by dtype)
     target_quant: str = "none"  # the target's weights in int8/int4 (taps.weightonly); every method runs that model
     static_profile: bool = False  # keep the latency profile as measured (default: refitted from the rounds' times)
 
@@ -142,7 +143,9 @@ class BenchConfig:
             raise ValueError("limit and max_new_tokens must be >= 1")
         if self.turns is not None and self.turns < 1:
             raise ValueError("turns must be >= 1")
-        check_scheme(self.drafter_quant)
+        # resolved here, so records and the pinned settings name the precision that ran
+        object.__setattr__(self, "drafter_quant", resolve_quant(self.drafter_quant, self.drafter_name,
+                                                                self.device or "cpu"))
         check_target_quant(self.target_quant, self.device)
         if "hf-dflash" in names and not _is_dflash_folder(self.drafter_name):
             raise ValueError(f"the hf-dflash peer runs a DFlash drafter folder (config.json + model.safetensors) in "

@@ -33,7 +33,7 @@ def _models(args) -> int:
 def _add_drafter_quant(p, text: str) -> None:
     from taps.quantize import SCHEMES
 
-    p.add_argument("--drafter-quant", choices=list(SCHEMES), default="none", help=text)
+    p.add_argument("--drafter-quant", choices=list(SCHEMES), default="auto", help=text)
 
 
 def _method(text: str) -> str:
@@ -174,7 +174,8 @@ def _add_load_options(p, drafter_help: str) -> None:
     p.add_argument("--scorer", default=None,
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
-                          "any target dtype; CPU only): faster drafts, the same output (none)")
+                          "any target dtype; CPU only) or int4: faster drafts, the same output; auto: int8 for "
+                          "grown and sibling drafters on the CPU, none otherwise (auto)")
     p.add_argument("--target-quant", choices=list(TARGET_QUANT), default="none",
                    help="the target's weights in int8 or int4, or w8a8 (int8 weights and per-row int8 activations: "
                         "cheap tree rows) on PyTorch's CPU kernels; CPU only: faster rounds; the output is that "
@@ -193,8 +194,8 @@ def _profile(args) -> int:
     spec = _load(args, "chain")  # loads the target and its drafter; the profile times both
     profile = measure_profile(spec.target, spec.drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
     # the dtype taps.load chose (--dtype, else taps.linear.default_dtype), as the profile measured it
-    out = Path(args.out) if args.out else profile_path(args.target, profile.info.dtype, args.linear, args.drafter_quant,
-                                                       args.target_quant)
+    out = Path(args.out) if args.out else profile_path(args.target, profile.info.dtype, args.linear,
+                                                       profile.info.drafter_quant, args.target_quant)
     out.parent.mkdir(parents=True, exist_ok=True)
     profile.save(out)
     info = profile.info

@@ -53,7 +53,7 @@ def load(
     tokenizer=None,
     profile: LatencyProfile | str | None = None,
     scorer: Scorer | str | bool | None = None,
-    drafter_quant: str = "none",
+    drafter_quant: str = "auto",
     target_quant: str = "none",
     linear: str | None = None,
     block_len: int | None = None,
@@ -78,7 +78,8 @@ def load(
     profile: a LatencyProfile or its JSON path (None: the one `taps profile` saved for this target,
         dtype and kernel, else the stated default, said at log level INFO). scorer: an edge scorer, its folder, False for
         plain marginals, None for the drafter's own (taps only).
-    drafter_quant: "int8" runs a trained drafter's linear layers in int8 (CPU only).
+    drafter_quant: "int8" runs a trained drafter's linear layers in int8 (CPU only); "auto" does where
+        that pays (taps.quantize.auto_scheme: grown and sibling drafters on the CPU), "none" never.
     target_quant: "int8" or "int4" keeps the target's weights in that precision (taps.weightonly, CPU
         only; a model passed in is quantized in place); lossless then means equal to that quantized
         model's own output.
@@ -97,7 +98,7 @@ def load(
     from taps.files import check_weights
     from taps.hub import hub_snapshot, is_hub_id
     from taps.linear import default_dtype
-    from taps.quantize import check_scheme
+    from taps.quantize import check_scheme, scheme_of
     from taps.weightonly import check_target_quant, quantize_weights
 
     parsed = Method.parse(method)
@@ -137,7 +138,7 @@ def load(
         if device is not None:
             model = model.to(device)
         dtype = str(model.dtype).removeprefix("torch.")
-    if drafter_quant != "none" and model.device.type != "cpu":
+    if drafter_quant not in ("none", "auto") and model.device.type != "cpu":
         raise ValueError(f"--drafter-quant {drafter_quant} runs on the CPU only; the target is on {model.device}")
     model = quantize_weights(model, target_quant)
     tgt = Target(model, tok)
@@ -157,7 +158,8 @@ def load(
         tgt.read_features(drafter.feature_layers)
         check_drafter(tgt, drafter)
     if profile is None and isinstance(target, str):
-        profile = saved_profile(name, dtype, linear, drafter_quant=drafter_quant, target_quant=target_quant)
+        profile = saved_profile(name, dtype, linear, drafter_quant=scheme_of(getattr(drafter, "model", None)),
+                                target_quant=target_quant)
     if profile is None:
         profile = default_profile()
         log.info("no latency profile measured for %s in %s on this machine: tree sizes use the stated default "

@@ -9,7 +9,7 @@
 
 from taps.drafters import dflash, grown  # noqa: F401  each registers its kind; a new kind adds one import here
 from taps.drafters.base import KINDS, Drafter, DrafterKind, TargetInfo, drafter_kind
-from taps.drafters.loading import load_drafter, shipped_drafter, shipped_scorer
+from taps.drafters.loading import load_drafter, resolve_quant, shipped_drafter, shipped_scorer
 from taps.drafters.testing import TEST_DRAFTERS
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "TargetInfo",
     "drafter_kind",
     "load_drafter",
+    "resolve_quant",
     "shipped_drafter",
     "shipped_scorer",
 ]

@@ -94,6 +94,7 @@ class DrafterKind:
     files: str  # what a folder of this kind holds, named in errors
     load: Callable[[Path, Target, str], Drafter]  # (folder, target, quantization scheme) -> the drafter, checked against the target; its network is `.model`
     training: KindTraining
+    auto_quant: str = "none"  # what --drafter-quant auto runs for this kind on the CPU (taps.quantize.auto_scheme)
 
     def __post_init__(self):
         if not self.name or not self.marker or os.sep in self.marker:

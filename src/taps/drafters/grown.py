@@ -621,4 +621,5 @@ GROWN = register(DrafterKind(
         save=_save,
         warm_start=_warm_start,
     ),
+    auto_quant="int8",  # a network of its own, read as token ids: int8 on the CPU (taps.quantize.auto_scheme)
 ))
