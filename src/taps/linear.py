@@ -36,9 +36,9 @@ The switch is made once per loaded model (`use_linear`) and applies to inference
 autograd recording, or for tensors in other dtypes or not on the CPU, a layer runs PyTorch's own
 `F.linear`, so training and other dtypes are unchanged. Choose with the environment variable
 TAPS_LINEAR=onednn-packed|onednn|torch. The default follows the model's dtype: onednn-packed for
-bfloat16 (where oneDNN serves it, packing is faster at every row count: 1.35x a plain decoding
-step of the 1.5B, table above; re-measured with torch 2.13 on the same kind of CPU, one forward
-after 256 tokens: 1 row 181 -> 134 ms, 8 rows 205 -> 143), onednn for float32 (packing loses on
+bfloat16 (where oneDNN serves it, packing is faster at every row count: the table above; again
+with torch 2.13 on the same kind of CPU, one forward after 256 tokens: 1 row 181 -> 134 ms, 8
+rows 205 -> 143; end to end results/linear-default), onednn for float32 (packing loses on
 one row there, so it would buy faster trees with a second copy of every weight). A packed copy is
 made only while it leaves MIN_FREE_BYTES of memory available (`_room_for`); without room a layer
 stays on its plain weight, said once. Writes through `.data` (PEFT's merge_and_unload) do not bump
@@ -122,7 +122,7 @@ def _inference(layer: nn.Linear, x: torch.Tensor) -> bool:
 
 
 def linear_in_use(dtype: str, backend: str | None = None) -> str:
-    """The kernel a model loaded in `dtype` (e.g. "bfloat16") with `backend` (None: `current_linear()`)
+    """The kernel a model loaded in `dtype` (e.g. "bfloat16") with `backend` (None: `current_linear` of it)
     really runs: oneDNN serves float32, and bfloat16 only on CPUs with native bfloat16 kernels."""
     served = getattr(torch, dtype, None)
     return (backend or current_linear(served)) if served in _served_dtypes() else "torch"
