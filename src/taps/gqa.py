@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 NAME = "taps_sdpa"
 
@@ -26,8 +27,6 @@ def gqa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
                   **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function interface: query [B, H, Q, D], key/value [B, Hkv, K, D],
     attention_mask [B, 1, Q, K] (bool: True = attend; or additive) or None; returns ([B, Q, H, D], None)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     shared = query.shape[1] != key.shape[1]
     plain = attention_mask is None or not shared or query.device.type != "cpu"
     if plain or torch.is_grad_enabled() or dropout or kwargs.get("position_bias") is not None:
