@@ -33,7 +33,7 @@ from pathlib import Path
 from taps.bench import BenchConfig, run_side_by_side
 from taps.drafters import shipped_drafter
 from taps.linear import default_dtype
-from taps.summary import median_speed_ratio, paired, ratio_interval, summarize
+from taps.summary import paired, ratio_text, summarize
 
 TARGET = os.environ.get("TARGET", "qwen2.5-coder-1.5b")
 candidate, out = sys.argv[1], Path(sys.argv[2])
@@ -61,11 +61,6 @@ def pairs_where(keep) -> list[tuple[dict, dict]]:
     return paired([r for r in cand if keep(r)], [r for r in shipped if keep(r)])
 
 
-def ratio_text(pairs: list[tuple[dict, dict]]) -> str:
-    low, high = ratio_interval(pairs)
-    return f"{median_speed_ratio(pairs):.3f} [{low:.3f}-{high:.3f}]"
-
-
 rows = {(r["method"], r["dataset"], r["temperature"]): r for r in summarize(shipped)}
 print(f"{'set':<10} {'T':>3} {'method':<8} {'tau shipped':>11} {'tau cand.':>9} {'x ar shipped':>12} "
       f"{'x ar cand.':>10}  candidate / shipped tokens/s")
@@ -76,7 +71,7 @@ for row in summarize(cand):
     old = rows[key]
     print(f"{dataset:<10} {temperature:>3g} {method:<8} {old['tau']:>11.2f} {row['tau']:>9.2f} "
           f"{old['speedup_vs_ar']:>12.2f} {row['speedup_vs_ar']:>10.2f}  "
-          f"{ratio_text(pairs_where(lambda r: (r['method'], r['dataset'], r['temperature']) == key))}")
+          f"{ratio_text(pairs_where(lambda r, key=key: (r['method'], r['dataset'], r['temperature']) == key))}")
 # Pooled over sets and temperatures, each prompt still paired with itself; ar against ar is the
 # machine's noise between the two files, the yardstick for the others.
 pooled = {m: pairs_where(lambda r, m=m: r["method"] == m) for m in dict.fromkeys(r["method"] for r in cand)}

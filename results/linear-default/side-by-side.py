@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from taps.bench import BenchConfig, run_side_by_side
-from taps.summary import median_speed_ratio, paired, ratio_interval, summarize
+from taps.summary import paired, ratio_text, summarize
 
 TARGET, KERNELS = "qwen2.5-coder-1.5b", ("onednn", "onednn-packed")
 out = Path(__file__).parent
@@ -34,19 +34,15 @@ plain, packed = run_side_by_side([(replace(base, linear=k, profile=str(out / f"p
                                   for k in KERNELS])
 
 
-def ratio_text(pairs: list[tuple[dict, dict]]) -> str:
-    low, high = ratio_interval(pairs)
-    return f"{median_speed_ratio(pairs):.3f} [{low:.3f}-{high:.3f}]"
-
-
 rows = {(r["method"], r["dataset"]): r for r in summarize(plain)}
 print(f"{'set':<10} {'method':<8} {'tokens/s plain':>14} {'packed':>7} {'tau plain':>9} {'packed':>7}  packed / plain")
 for row in summarize(packed):
     key = row["method"], row["dataset"]
     pairs = paired([r for r in packed if (r["method"], r["dataset"]) == key],
                    [r for r in plain if (r["method"], r["dataset"]) == key])
-    print(f"{row['dataset']:<10} {row['method']:<8} {rows[key]['tokens_per_second']:>14.2f} {row['tokens_per_second']:>7.2f} "
-          f"{rows[key]['tau'] or 1:>9.2f} {row['tau'] or 1:>7.2f}  {ratio_text(pairs)}")
+    print(f"{row['dataset']:<10} {row['method']:<8} {rows[key]['tokens_per_second']:>14.2f} "
+          f"{row['tokens_per_second']:>7.2f} {rows[key]['tau'] or 1:>9.2f} {row['tau'] or 1:>7.2f}  "
+          f"{ratio_text(pairs)}")
 for method in dict.fromkeys(r["method"] for r in packed):
     pairs = paired([r for r in packed if r["method"] == method], [r for r in plain if r["method"] == method])
     print(f"pooled {method}: {ratio_text(pairs)}")

@@ -36,9 +36,13 @@ def auto_scheme(kind_default: str, device: torch.device | str) -> str:
     the bfloat16 target, one draft after 256 tokens, 2-core AMD EPYC with avx512_bf16): 104 ms
     unquantized (bfloat16, packed oneDNN layers) against 44 ms int8; after 1,024 tokens 128 against
     58. DFlash-layout drafters share the target's dtype and embeddings: "none"."""
+    return kind_default if torch.device(device).type == "cpu" and _int8_engine() else "none"
+
+
+def _int8_engine() -> str | None:
+    """PyTorch's quantized engine the int8 kernels run on here (x86, else fbgemm), or None."""
     engines = torch.backends.quantized.supported_engines
-    cpu = torch.device(device).type == "cpu"
-    return kind_default if cpu and any(e in engines for e in ("x86", "fbgemm")) else "none"
+    return next((e for e in ("x86", "fbgemm") if e in engines), None)
 
 
 def check_scheme(scheme: str) -> str:
@@ -72,10 +76,10 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in params):
         raise ValueError(f"{scheme} drafter quantization needs a float32 model on the CPU; "
                          f"this one has {sorted({f'{p.dtype} on {p.device.type}' for p in params})} (a DFlash-layout drafter shares the target's dtype: use --dtype float32)")  # fmt: skip
-    engines = torch.backends.quantized.supported_engines
-    engine = next((e for e in ("x86", "fbgemm") if e in engines), None)
+    engine = _int8_engine()
     if engine is None:
-        raise ValueError(f"{scheme} drafter quantization needs PyTorch's x86 or fbgemm engine; this build has {engines}")
+        raise ValueError(f"{scheme} drafter quantization needs PyTorch's x86 or fbgemm engine; this build has "
+                         f"{torch.backends.quantized.supported_engines}")
     torch.backends.quantized.engine = engine
     use_linear(model, "torch")  # plain nn.Linear classes: quantize_dynamic matches types exactly
     with warnings.catch_warnings():  # upstream's deprecation notices (see the module docstring): import, each layer

@@ -127,6 +127,12 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def ratio_text(pairs: list[tuple[dict, dict]]) -> str:
+    """The median paired tokens/s ratio with its 95% bootstrap interval, `1.040 [1.027-1.058]`."""
+    low, high = ratio_interval(pairs)
+    return f"{median_speed_ratio(pairs):.3f} [{low:.3f}-{high:.3f}]"
+
+
 def interval_text(low: float | None, high: float | None) -> str:
     """An interval as `low-high`, `-` when there is none."""
     return "-" if low is None or high is None else f"{low:.2f}-{high:.2f}"
