@@ -2,6 +2,7 @@
 library is not installed is skipped with the reason, and asking for it is a clear error."""
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -61,3 +62,18 @@ def test_a_missing_peer_library_is_a_clear_error(monkeypatch):
         bench.BenchConfig(target="qwen2.5-coder-1.5b", methods=("ar", "hf-dflash"))  # its drafter is a grown one
     with pytest.raises(ValueError, match="llama-cpp-draft peer runs a packaged model's GGUF file; the assistant"):
         bench.BenchConfig(target="smollm2-135m", methods=("ar", "llama-cpp-draft"), assistant="/some/folder")
+
+
+def test_a_llama_cpp_build_that_crashes_or_fails_is_a_clear_error(tmp_path):
+    """`probe_llama_cpp` runs llama.cpp in a child process before a benchmark's long work: a child
+    that dies of a signal (as a native AMX build does on some Xeons) or exits with an error is said
+    with its remedy; one that decodes passes. Real child processes, without llama.cpp itself."""
+    gguf = tmp_path / "model.gguf"
+    crash = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
+    with pytest.raises(ValueError, match=r"llama-cpp peer's llama.cpp crashed \(SIGSEGV\) decoding model.gguf.*"
+                                         r"-DGGML_NATIVE=OFF.*or drop the llama.cpp peers"):
+        bench.probe_llama_cpp("llama-cpp", gguf, 2, command=crash)
+    fail = [sys.executable, "-c", "import sys; sys.exit('failed to load model')"]
+    with pytest.raises(ValueError, match="cannot decode model.gguf: failed to load model; reinstall"):
+        bench.probe_llama_cpp("llama-cpp", gguf, 2, command=fail)
+    bench.probe_llama_cpp("llama-cpp", gguf, 2, command=[sys.executable, "-c", "pass"])

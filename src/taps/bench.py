@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -72,6 +75,39 @@ def _check_llama_cpp(peer: str) -> None:
     if find_spec("llama_cpp") is None:
         raise ValueError(f"the {peer} peer needs llama-cpp-python: pip install 'taps-decode[llama]' "
                          "(it builds llama.cpp from source: tens of minutes on 2 cores)")
+
+
+# What `probe_llama_cpp` runs in a child process: a prompt's batch, then one token, the two paths decoding takes
+LLAMA_PROBE = """
+import sys
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], n_ctx=64, n_threads=int(sys.argv[2]), verbose=False)
+llm.eval(llm.tokenize(b"def add(a, b):"))
+llm.eval([llm.token_eos()])
+"""
+# llama.cpp built for this CPU without its AMX path (docs/commands.md, "llama.cpp on a CPU with AMX")
+LLAMA_NO_AMX = ("CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+                "-DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON "
+                "-DGGML_AVX512_BF16=ON' pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36")
+
+
+def probe_llama_cpp(peer: str, gguf: Path, threads: int, command: Sequence[str] | None = None) -> None:
+    """Decode a few tokens of `gguf` with llama.cpp in a child process (`command`: LLAMA_PROBE's), so
+    that a build which crashes on this CPU is said, with its remedy, before any long work, instead of
+    killing the benchmark with no message. Seen: llama-cpp-python 0.3.36 as pip builds it by default
+    (natively: AMX_INT8 on a 2-core Intel Xeon with AMX) dies of SIGSEGV in its first decode there,
+    the same release built without AMX runs (results/quantized-targets/xeon-amx/README.md)."""
+    command = command or [sys.executable, "-c", LLAMA_PROBE, str(gguf), str(threads)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode == 0:
+        return
+    if done.returncode < 0:
+        raise ValueError(f"the {peer} peer's llama.cpp crashed ({signal.Signals(-done.returncode).name}) decoding "
+                         f"{gguf.name} on this CPU (a native build's AMX path does so on some Xeons); rebuild it without AMX: "
+                         f"{LLAMA_NO_AMX}, or drop the llama.cpp peers")
+    last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    raise ValueError(f"the {peer} peer's llama.cpp cannot decode {gguf.name}: {last}; reinstall llama-cpp-python "
+                     "(pip install --force-reinstall 'taps-decode[llama]') or drop the llama.cpp peers")
 
 
 @dataclass(frozen=True)
@@ -191,6 +227,11 @@ class Session:
 
     def __init__(self, cfg: BenchConfig):
         self.cfg = cfg
+        llama = [m for m in cfg.methods if parse_entry(m)[0] in LLAMA_CPP_PEERS]
+        if llama:  # a llama.cpp build that crashes here is said before the models load
+            from taps.assets import gguf_file
+
+            probe_llama_cpp(parse_entry(llama[0])[0], gguf_file(cfg.target), torch.get_num_threads())
         speculative = [m for m, _ in cfg.runs if _speculative(m)]
         # prefix reuse off: every call prefills its whole prompt, as the peers do
         self.spec: Speculator = load(
