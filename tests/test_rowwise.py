@@ -37,9 +37,21 @@ def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
     assert torch.equal(rowwise_attention(None, q, k, v, additive[None, None])[0], out)  # eager's mask form
 
 
-def test_a_fresh_prefill_is_one_causal_call():
+def test_a_prefill_is_causal_and_the_same_bits_however_the_prompt_is_cut():
+    """A causal call without a mask (a prompt's prefill, after `cached` earlier keys): row i attends
+    to its prefix, each row the bits of that row decoded alone, so feeding a prompt whole (as
+    transformers' generate does) or in pieces (as taps does) fills the cache alike."""
     torch.manual_seed(1)
-    q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
-    out, _ = rowwise_attention(None, q, k, v, None)
-    want = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
-    assert torch.equal(out, want)
+    cached, rows = 3, 6
+    q = torch.randn(1, 4, rows, 8)
+    k, v = (torch.randn(1, 2, cached + rows, 8) for _ in range(2))
+    out, _ = rowwise_attention(None, q, k, v, None)  # [1, rows, heads, dim]
+    for i in range(rows):
+        end = cached + i + 1
+        alone, _ = rowwise_attention(None, q[:, :, i : i + 1], k[:, :, :end], v[:, :, :end], None)
+        assert torch.equal(out[:, i : i + 1], alone), i
+    first, _ = rowwise_attention(None, q[:, :, :2], k[:, :, : cached + 2], v[:, :, : cached + 2], None)
+    assert torch.equal(out[:, :2], first)  # the prompt's first two rows fed alone
+    mask = torch.ones(rows, cached + rows, dtype=torch.bool).tril(cached)  # the same, as a mask
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+    torch.testing.assert_close(out, sdpa)

@@ -16,8 +16,12 @@ in float32: in plain decoding the allowed keys are all of them, the same computa
 per row, never one over several rows: SDPA's batch entries are not each the bits of their call
 alone (float32, 300 keys: 7e-8 apart). float32 because PyTorch's CPU SDPA over one bfloat16 query
 costs 379 us against 45 in float32 (12 heads, 257 keys, 2 threads), and a 32-node tree of a
-28-layer model makes 924 calls. A causal prefill without a mask (a fresh prompt, the same in
-plain and speculative decoding) runs as one causal SDPA call in the model's dtype. The rows'
+28-layer model makes 924 calls. A prompt's prefill goes row by row too (a causal call without a
+mask: row i over its prefix), so its K/V are the same bits however the prompt is cut into forwards:
+taps feeds a prompt without its last token, which the first round verifies, where transformers'
+`generate` feeds it whole; one causal SDPA call over the rows made them differ, and on a 2-core
+Intel Xeon with AMX SmolLM2's w8a8 greedy answer by taps left `generate`'s at its 26th token
+(tests/test_weightonly.py). It costs a call per prompt token and layer (~40 us each). The rows'
 key lists are made once per mask, which every layer of a forward shares; K and V go to float32
 once per call, and a row whose keys are a prefix reads them in place. That halved a chain's
 attention: 8 rows after 256 keys, bfloat16, 12 heads over 2, 28 layers, 2-core AMD EPYC, ms a
@@ -40,13 +44,11 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     ([B, Q, H, D], None)."""
     gqa = query.shape[1] != key.shape[1]
     batch, _, rows, _ = query.shape
-    if attention_mask is None and rows > 1:  # a fresh causal prefill
-        out = F.scaled_dot_product_attention(query, key[:, :, :rows], value[:, :, :rows], is_causal=True,
-                                             scale=scaling, enable_gqa=gqa)  # [B, H, Q, D]
-        return out.transpose(1, 2).contiguous(), None
     out = torch.empty_like(query)  # [B, H, Q, D]
+    # no mask: causal, the rows being the cache's last `rows` positions, row i attending to its prefix
+    causal = [key.shape[2] - rows + i + 1 for i in range(rows)]
     for b in range(batch):
-        keys = [key.shape[2]] if attention_mask is None else _allowed(attention_mask, b)  # per row: see _allowed
+        keys = causal if attention_mask is None else _allowed(attention_mask, b)  # per row: see _allowed
         key_b, value_b = key[b].float(), value[b].float()  # [Hkv, K, D], converted once for all rows
         for i, allowed in enumerate(keys):
             if isinstance(allowed, int):  # the first `allowed` keys: a view, no copy
