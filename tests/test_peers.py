@@ -74,6 +74,6 @@ def test_a_llama_cpp_build_that_crashes_or_fails_is_a_clear_error(tmp_path):
                                          r"-DGGML_NATIVE=OFF.*or drop the llama.cpp peers"):
         bench.probe_llama_cpp("llama-cpp", gguf, 2, command=crash)
     fail = [sys.executable, "-c", "import sys; sys.exit('failed to load model')"]
-    with pytest.raises(ValueError, match="cannot decode model.gguf: failed to load model; reinstall"):
+    with pytest.raises(ValueError, match=r"cannot decode model\.gguf: failed to load model; reinstall"):
         bench.probe_llama_cpp("llama-cpp", gguf, 2, command=fail)
     bench.probe_llama_cpp("llama-cpp", gguf, 2, command=[sys.executable, "-c", "pass"])

@@ -103,8 +103,8 @@ def probe_llama_cpp(peer: str, gguf: Path, threads: int, command: Sequence[str] 
         return
     if done.returncode < 0:
         raise ValueError(f"the {peer} peer's llama.cpp crashed ({signal.Signals(-done.returncode).name}) decoding "
-                         f"{gguf.name} on this CPU (a native build's AMX path does so on some Xeons); rebuild it without AMX: "
-                         f"{LLAMA_NO_AMX}, or drop the llama.cpp peers")
+                         f"{gguf.name} on this CPU (a native build's AMX path does so on some Xeons); rebuild it "
+                         f"without AMX: {LLAMA_NO_AMX}, or drop the llama.cpp peers")
     last = (done.stderr.strip().splitlines() or ["no message"])[-1]
     raise ValueError(f"the {peer} peer's llama.cpp cannot decode {gguf.name}: {last}; reinstall llama-cpp-python "
                      "(pip install --force-reinstall 'taps-decode[llama]') or drop the llama.cpp peers")
