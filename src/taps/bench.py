@@ -151,6 +151,11 @@ class BenchConfig:
         return self.scorer or shipped_scorer(self.drafter_name)
 
     @property
+    def llama_peers(self) -> list[str]:
+        """The llama.cpp peers (LLAMA_CPP_PEERS) among --methods, in their order."""
+        return [name for name in (parse_entry(entry)[0] for entry in self.methods) if name in LLAMA_CPP_PEERS]
+
+    @property
     def runs(self) -> list[tuple[str, int | None]]:
         """(method, budget) pairs in --methods order: "ddtree:32" runs at 32, a plain speculative
         name at every one of `budgets`, ar and the peers once with no budget."""
@@ -186,7 +191,7 @@ class BenchConfig:
         if "hf-dflash" in names and not _is_dflash_folder(self.drafter_name):
             raise ValueError(f"the hf-dflash peer runs a DFlash drafter folder (config.json + model.safetensors) in "
                              f"transformers; {self.drafter_name!r} is not one: give one with --drafter")
-        llama = [n for n in names if n in LLAMA_CPP_PEERS]
+        llama = self.llama_peers
         if llama:
             _check_gguf(llama[0], "target", self.target)
             if "llama-cpp-draft" in names:
@@ -227,11 +232,10 @@ class Session:
 
     def __init__(self, cfg: BenchConfig):
         self.cfg = cfg
-        llama = [m for m in cfg.methods if parse_entry(m)[0] in LLAMA_CPP_PEERS]
-        if llama:  # a llama.cpp build that crashes here is said before the models load
+        if cfg.llama_peers:  # a llama.cpp build that crashes here is said before the models load
             from taps.assets import gguf_file
 
-            probe_llama_cpp(parse_entry(llama[0])[0], gguf_file(cfg.target), torch.get_num_threads())
+            probe_llama_cpp(cfg.llama_peers[0], gguf_file(cfg.target), torch.get_num_threads())
         speculative = [m for m, _ in cfg.runs if _speculative(m)]
         # prefix reuse off: every call prefills its whole prompt, as the peers do
         self.spec: Speculator = load(
@@ -408,7 +412,7 @@ def environment(cfg: BenchConfig) -> dict:
         "scorer": portable_name(cfg.scorer_dir),
         "seed": cfg.seed,
         "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
-        **({"llama_cpp": llama_cpp_build()} if any(parse_entry(m)[0] in LLAMA_CPP_PEERS for m in cfg.methods) else {}),
+        **({"llama_cpp": llama_cpp_build()} if cfg.llama_peers else {}),
     }
 
 

@@ -45,10 +45,11 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     gqa = query.shape[1] != key.shape[1]
     batch, _, rows, _ = query.shape
     out = torch.empty_like(query)  # [B, H, Q, D]
-    # no mask: causal, the rows being the cache's last `rows` positions, row i attending to its prefix
-    causal = [key.shape[2] - rows + i + 1 for i in range(rows)]
     for b in range(batch):
-        keys = causal if attention_mask is None else _allowed(attention_mask, b)  # per row: see _allowed
+        if attention_mask is None:  # causal: the rows are the cache's last `rows` positions, each over its prefix
+            keys = range(key.shape[2] - rows + 1, key.shape[2] + 1)
+        else:
+            keys = _allowed(attention_mask, b)  # per row: see _allowed
         key_b, value_b = key[b].float(), value[b].float()  # [Hkv, K, D], converted once for all rows
         for i, allowed in enumerate(keys):
             if isinstance(allowed, int):  # the first `allowed` keys: a view, no copy
