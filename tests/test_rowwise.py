@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from taps.rowwise import _keys, rowwise_attention
+from taps.rowwise import _allowed, rowwise_attention
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -24,8 +24,10 @@ def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
             mask[i, cached + j] = True
             j = int(tree[j])
     # rows 0 and 1 attend to a prefix of the keys (read in place); the others gather theirs
-    assert [isinstance(_keys(row), int) for row in mask] == [i in (0, 1) for i in range(rows)]
-    assert _keys(torch.ones(5, dtype=torch.bool)) == 5  # plain decoding's row: every key
+    keys = _allowed(mask[None, None], 0)
+    assert [isinstance(k, int) for k in keys] == [i in (0, 1) for i in range(rows)]
+    assert {k[0] for k in keys[2:]} == {cached + 1}  # one shared start: the context and the root
+    assert _allowed(torch.ones(1, 1, 1, 5, dtype=torch.bool), 0) == [5]  # plain decoding's row: every key
     out, _ = rowwise_attention(None, q, k, v, mask[None, None])  # [1, rows, heads, dim]
     for i in range(rows):  # the row alone, over its allowed keys only: plain decoding's call
         keys = mask[i].nonzero()[:, 0]

@@ -11,27 +11,30 @@ greedy one within 48 tokens). With every linear of a quantized target computing 
 activations, residuals) works row by row anyway, so a verified tree's rows, its committed K/V
 included, are the bits plain decoding would have made, in float32 and bfloat16 alike.
 
-Row i computes `scaled_dot_product_attention(q_i, K[allowed_i], V[allowed_i])` without a mask,
-in float32: in plain decoding the allowed keys are all of them, the same computation. One call
-per row, never one over several rows: SDPA's batch entries are not each the bits of their call
-alone (float32, 300 keys: 7e-8 apart). float32 because PyTorch's CPU SDPA over one bfloat16 query
-costs 379 us against 45 in float32 (12 heads, 257 keys, 2 threads), and a 32-node tree of a
-28-layer model makes 924 calls. A prompt's prefill goes row by row too (a causal call without a
-mask: row i over its prefix), so its K/V are the same bits however the prompt is cut into forwards:
-taps feeds a prompt without its last token, which the first round verifies, where transformers'
-`generate` feeds it whole; one causal SDPA call over the rows made them differ, and on a 2-core
-Intel Xeon with AMX SmolLM2's w8a8 greedy answer by taps left `generate`'s at its 26th token
-(tests/test_weightonly.py). It costs a call per prompt token and layer (~40 us each). The rows'
-key lists are made once per mask, which every layer of a forward shares; K and V go to float32
-once per call, and a row whose keys are a prefix reads them in place. That halved a chain's
-attention: 8 rows after 256 keys, bfloat16, 12 heads over 2, 28 layers, 2-core AMD EPYC, ms a
-forward: chain 25.5 -> 12.1, a branching tree 26.7 -> 21.3 (gather and convert per row before).
+Row i computes softmax(q_i K^T * scale) V over exactly its allowed keys K, V, one call per row,
+never one over several rows (a batched call's rows are not each the bits of their call alone:
+SDPA's batch entries, float32, 300 keys, were 7e-8 apart), in float32 (PyTorch's CPU SDPA over
+one bfloat16 query cost 379 us against 45 in float32). In plain decoding the allowed keys are all
+of them: the same computation. Two batched matrix products per row (its query heads grouped by
+the key/value head they read), not SDPA: 27 against 40 us a row (12 heads over 2, 260 keys, 2
+threads, 2-core Intel Xeon with AMX), and a 32-node tree of a 28-layer model makes 896 calls.
+A prompt's prefill goes row by row too (a causal call without a mask: row i over its prefix), so
+its K/V are the same bits however the prompt is cut into forwards: taps feeds a prompt without
+its last token, which the first round verifies, where transformers' `generate` feeds it whole;
+one causal SDPA call over the rows made them differ, and on that Xeon SmolLM2's w8a8 greedy
+answer by taps left `generate`'s at its 26th token (tests/test_weightonly.py).
+
+The rows' key lists are made once per mask, which every layer of a forward shares. K and V go
+to float32 once per call; a row whose keys are a prefix reads them in place; the other rows of a
+tree all see the same context, copied once per call, and each writes only its own ancestors' keys
+after it (a gather of every row's keys cost 43 of the 274 ms of such a forward). w8a8 1.5B, one
+forward of 32 rows after 256 tokens, ms (median of 6, same Xeon): 304 with SDPA and gathers, 216
+now; 1 row 115 -> 109, 8 rows 165 -> 132.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 NAME = "taps_rowwise"
 
@@ -42,48 +45,60 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """transformers' attention-function interface: query [B, H, Q, D], key/value [B, Hkv, K, D],
     attention_mask [B, 1, Q, K] (bool: True = attend; or additive, 0 = attend) or None; returns
     ([B, Q, H, D], None)."""
-    gqa = query.shape[1] != key.shape[1]
-    batch, _, rows, _ = query.shape
-    out = torch.empty_like(query)  # [B, H, Q, D]
+    batch, heads, rows, dim = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads  # GQA: head h reads kv head h // group
+    scale = dim**-0.5 if scaling is None else scaling
+    # row i's heads as [Hkv, group, D] blocks, scaled once for all rows
+    q = (query.float() * scale).transpose(1, 2).reshape(batch, rows, kv_heads, group, dim)  # [B, Q, Hkv, g, D]
+    out = torch.empty(batch, rows, kv_heads, group, dim)  # [B, Q, Hkv, g, D]
     for b in range(batch):
         if attention_mask is None:  # causal: the rows are the cache's last `rows` positions, each over its prefix
             keys = range(key.shape[2] - rows + 1, key.shape[2] + 1)
         else:
             keys = _allowed(attention_mask, b)  # per row: see _allowed
         key_b, value_b = key[b].float(), value[b].float()  # [Hkv, K, D], converted once for all rows
+        scratch = None  # [Hkv, K, D] x 2: a shared prefix copied once, each row's other keys written after it
         for i, allowed in enumerate(keys):
             if isinstance(allowed, int):  # the first `allowed` keys: a view, no copy
                 k, v = key_b[:, :allowed], value_b[:, :allowed]  # [Hkv, L, D]
             else:
-                k, v = key_b[:, allowed], value_b[:, allowed]  # [Hkv, L, D]
-            row = F.scaled_dot_product_attention(query[b, None, :, i : i + 1].float(), k[None], v[None],
-                                                 scale=scaling, enable_gqa=gqa)  # [1, H, 1, D]
-            out[b, :, i] = row[0, :, 0]
-    return out.transpose(1, 2).contiguous(), None
+                start, extra = allowed
+                if scratch is None:  # every such row of the mask shares its `start`
+                    scratch = key_b.clone(), value_b.clone()
+                k, v = scratch
+                end = start + len(extra)
+                torch.index_select(key_b, 1, extra, out=k[:, start:end])
+                torch.index_select(value_b, 1, extra, out=v[:, start:end])
+                k, v = k[:, :end], v[:, :end]  # [Hkv, L, D]: the row's keys in order, as _allowed gives them
+            weights = torch.bmm(q[b, i], k.transpose(1, 2)).softmax(-1)  # [Hkv, g, L]
+            torch.bmm(weights, v, out=out[b, i])  # [Hkv, g, D]
+    return out.view(batch, rows, heads, dim).to(query.dtype), None
 
 
 _last: tuple[torch.Tensor, int, list] | None = None  # (mask, batch row, its rows' keys): every layer gets one mask
 
 
-def _allowed(mask: torch.Tensor, b: int) -> list[torch.Tensor | int]:
-    """Per query row of batch row b, the keys it attends to: an int m for the first m (all of them
-    for plain decoding's row; a row whose ancestors are all the tree's nodes before it: a chain's
-    rows, a tree's first ones), read in place with no gathered copy (72 of the 117 us a float32
-    row call took for 257 keys), else their indices."""
+def _allowed(mask: torch.Tensor, b: int) -> list[int | tuple[int, torch.Tensor]]:
+    """Per query row of batch row b, the keys it attends to: m when it allows exactly the first m
+    keys (plain decoding's row; a row whose ancestors are all the tree's nodes before it: a chain's
+    rows, a tree's first ones), read in place; else (p, extra): the first p keys, p the same for
+    every row of the mask (the context all of them see), and the indices of its others (its
+    ancestors and itself), written after one shared copy of the first p. Made once per mask,
+    which every layer of a forward shares."""
     global _last
     cached = _last  # read once: another thread's forward may replace it meanwhile
     if cached is None or cached[0] is not mask or cached[1] != b:
         allowed = mask[b if mask.shape[0] > 1 else 0, 0]  # [Q, K]
         if allowed.dtype != torch.bool:
             allowed = allowed == 0  # an additive mask: 0 where attended
-        cached = _last = (mask, b, [_keys(row) for row in allowed])
+        counts = allowed.sum(1).tolist()  # [Q]
+        leads = allowed.int().cumprod(1).sum(1)  # [Q]: each row's run of allowed keys from the first
+        shared = int(leads.min())
+        keys = [m if m == lead else (shared, row[shared:].nonzero()[:, 0] + shared)
+                for row, m, lead in zip(allowed, counts, leads.tolist())]
+        cached = _last = (mask, b, keys)
     return cached[2]
-
-
-def _keys(row: torch.Tensor) -> torch.Tensor | int:
-    """One row of a boolean mask [K] as `_allowed` gives it: m (the first m keys) or indices."""
-    m = int(row.sum())
-    return m if bool(row[:m].all()) else row.nonzero()[:, 0]
 
 
 def register() -> str:
