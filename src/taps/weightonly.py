@@ -72,11 +72,12 @@ def _w8a8_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zer
     127 < 2^31 for K < 66,000), so no kernel's order of summation can change a bit
     (`check_target_quant` probes the kernel for it). The rows go in as uint8 with zero point 128,
     oneDNN's u8 x s8 layout: the same integers, shifted."""
-    x = rows.float()
-    x_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127  # [R, 1]
-    xq = ((x / x_scale).round() + 128).to(torch.uint8)  # [R, K], codes 1..255
+    x = rows.float()  # rows itself when float32: never written to
+    x_scale = x.abs().amax(1, keepdim=True).clamp_(min=1e-12) / 127  # [R, 1]
+    # in place after the division: 149 -> 108 us for [32, 8960] (2-core Intel Xeon with AMX)
+    xq = (x / x_scale).round_().add_(128).to(torch.uint8)  # [R, K], codes 1..255
     out = _qlinear(xq, packed, scales, zero_points)  # [R, N] float32: each int32 sum times its channel's scale
-    return (out * x_scale).to(rows.dtype)
+    return out.mul_(x_scale).to(rows.dtype)
 
 
 def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor) -> torch.Tensor:
