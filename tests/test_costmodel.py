@@ -8,15 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from taps.costmodel import (
-    LatencyProfile,
-    OnlineProfile,
-    ProfileInfo,
-    cpu_name,
-    default_profile,
-    measure_profile,
-    trend,
-)
+from taps.costmodel import LatencyProfile, OnlineProfile, ProfileInfo, cpu_name, default_profile, measure_profile
 from taps.drafters.testing import RandomDrafter
 from taps.target import Target
 from tiny import tiny_model
@@ -245,44 +237,6 @@ def test_online_profile_reads_as_its_prior_until_rounds_are_seen_and_drops_each_
         OnlineProfile(prior, window=0)
 
 
-def test_online_profile_calibrates_the_gains_depth_by_depth_to_the_paths_the_rounds_accepted():
-    """A synthetic drafter whose model is right at depth 1 and ever more pessimistic deeper (as the
-    1.5B's scorer is on code): the refit learns each depth's ratio, and its cut runs near the true
-    best size where the model's own cut stops early (the negative control)."""
-    import numpy as np
-
-    prior = profile([0, 31], [0.1, 0.1 + 0.004 * 31], draft=0.07)
-    true_q = np.array([0.95, 0.9, 0.85, 0.85, 0.8, 0.8, 0.8, 0.8])  # P(accept depth d | reached d - 1), a chain
-    model_q = true_q * np.array([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.5, 0.5])
-    gains, depths = np.cumprod(model_q), list(range(1, 9))  # reach of a chain's nodes, and their depths
-    online = OnlineProfile(prior)
-    assert online.gain_scales == ()  # no rounds: the prior's cut
-    assert online.at_context(None).best_size(gains, depths=depths) == prior.best_size(gains)
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        n = online.at_context(None).best_size(gains, depths=depths)
-        accepted = 0
-        while accepted < n and rng.random() < true_q[accepted]:
-            accepted += 1
-        online.add_reach(depths[:n], gains[:n], accepted)
-    truth = np.cumprod(true_q) / gains
-    scales = online.gain_scales
-    assert scales[0] == pytest.approx(1.0, abs=0.05) and scales[2] == pytest.approx(truth[2], rel=0.25)
-    assert list(scales) == sorted(scales)  # deeper, more pessimistic: larger scales
-
-    def true_rate(n):
-        return (1 + np.cumprod(true_q)[:n].sum()) / (0.07 + 0.1 + 0.004 * n)
-
-    best = max(true_rate(n) for n in range(9))
-    assert true_rate(prior.best_size(gains)) < 0.9 * best  # negative control: the model's own cut stops early
-    assert true_rate(online.at_context(None).best_size(gains, depths=depths)) > 0.96 * best
-    assert online.at_context(None).best_size(gains) == prior.best_size(gains)  # gains without depths: measured rates
-    with pytest.raises(ValueError, match="gain_scales"):
-        LatencyProfile((0,), (1.0,), 0.0, INFO, gain_scales=(0.0,))
-    # past the measured depths the scales follow the last growing step, capped: tried, then measured
-    assert trend([]) == 1.0 and trend([1.0, 2.0]) == 4.0 and trend([2.0, 1.5]) == 1.5 and trend([4.0, 7.0]) == 8.0
-
-
 def test_a_speculator_refits_its_profile_from_its_rounds_and_a_static_one_does_not():
     import taps
 
@@ -290,7 +244,7 @@ def test_a_speculator_refits_its_profile_from_its_rounds_and_a_static_one_does_n
     spec = taps.load(model, "random", method="cost-aware", budget=6, block_len=4)
     assert isinstance(spec.profile, OnlineProfile)
     spec.generate([1, 2, 3], max_new_tokens=12)
-    assert spec.profile.ratios and spec.profile.depth_rounds  # its costs and its gains
+    assert spec.profile.ratios
     assert spec.profile.at_context(None) != spec.profile.prior.at_context(None)
     static = taps.load(model, "random", method="cost-aware", budget=6, block_len=4, adapt_profile=False)
     assert isinstance(static.profile, LatencyProfile)

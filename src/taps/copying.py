@@ -103,7 +103,7 @@ class CopyPlanner:
         profile = self.profile.at_context(context)
         rates = self.rates[path.match]
         reach = [rates.first.p * rates.next.p**i for i in range(min(len(path.tokens), budget))]  # [n] q_reach of each node
-        n = profile.best_size(reach, draft_seconds=0.0)  # measured rates: no depths, no calibration
+        n = profile.best_size(reach, draft_seconds=0.0)
         if n == 0:
             return None
         copy_rate = (1.0 + sum(reach[:n])) / profile.t_verify(n)

@@ -73,7 +73,6 @@ class LatencyProfile:
     verify_seconds: tuple[float, ...]  # measured t_verify at each size, before the monotone fit
     draft_seconds: float  # t_draft: one drafter call (0 when no drafter was measured)
     info: ProfileInfo  # provenance of the numbers
-    gain_scales: tuple[float, ...] = ()  # per depth 1, 2, ...: accepted / modelled (OnlineProfile); not saved
 
     def __post_init__(self):
         object.__setattr__(self, "sizes", tuple(int(n) for n in self.sizes))
@@ -86,9 +85,6 @@ class LatencyProfile:
             raise ValueError(f"verify times must be finite and > 0 seconds, got {self.verify_seconds}")
         if not (np.isfinite(self.draft_seconds) and self.draft_seconds >= 0):
             raise ValueError(f"draft_seconds must be finite and >= 0, got {self.draft_seconds}")
-        object.__setattr__(self, "gain_scales", tuple(float(x) for x in self.gain_scales))
-        if not all(np.isfinite(x) and x > 0 for x in self.gain_scales):
-            raise ValueError(f"gain_scales must be finite and > 0, got {self.gain_scales}")
 
     @cached_property
     def fitted_seconds(self) -> tuple[float, ...]:
@@ -126,8 +122,7 @@ class LatencyProfile:
         """Seconds to verify a tree of n drafted nodes."""
         return float(self.verify_curve(n)[n])
 
-    def best_size(self, gains: Sequence[float] | torch.Tensor, draft_seconds: float | None = None,
-                  depths: Sequence[int] | None = None) -> int:
+    def best_size(self, gains: Sequence[float] | torch.Tensor, draft_seconds: float | None = None) -> int:
         """The n in 0..len(gains) maximising (1 + sum(gains[:n])) / (t_draft + t_verify(n)).
 
         gains[i] = the probability that the (i+1)-th node of a prefix-closed admission order is
@@ -136,19 +131,8 @@ class LatencyProfile:
         round's drafting cost is known: 0 for a round with no drafter call (a copy round,
         taps.copying), the measured block pass plus rollout steps for a rollout round (sunk by
         the time the tree is chosen, and the larger it is the more a deeper tree pays).
-        With `depths` (each node's depth, >= 1), each gain is first multiplied by its depth's
-        `gain_scales` entry (the product at most 1): a drafter's or scorer's probabilities as the
-        rounds showed them to be (OnlineProfile). Past the last entry the scales go on by the
-        last step between entries when it grows (else they hold): optimistic where nothing was
-        measured, so a deeper tree is tried, and then measured, rather than never tried. Gains
-        that are measured rates already (copy rounds) come without depths.
         """
         g = torch.as_tensor(gains, dtype=torch.float64)  # [B]
-        if depths is not None and self.gain_scales and len(depths):
-            scales = list(self.gain_scales)
-            while len(scales) < max(depths):
-                scales.append(trend(scales))
-            g = (g * torch.tensor(scales, dtype=torch.float64)[torch.as_tensor(depths) - 1]).clamp(max=1.0)
         committed = 1 + torch.cat([g.new_zeros(1), g.cumsum(0)])  # [B + 1]
         draft = self.draft_seconds if draft_seconds is None else draft_seconds
         seconds = draft + self.verify_curve(g.shape[0])  # [B + 1]
@@ -175,7 +159,7 @@ class LatencyProfile:
             xs = [c for c, _, _ in series]
             verify = tuple(_read_line(xs, column, key) for column in zip(*(r for _, r, _ in series)))  # [size]
             draft = _read_line(xs, [d for *_, d in series], key)
-            memo[key] = LatencyProfile(self.sizes, verify, draft, info, self.gain_scales)
+            memo[key] = LatencyProfile(self.sizes, verify, draft, info)
         return memo[key]
 
     def to_dict(self) -> dict:
@@ -217,20 +201,6 @@ class LatencyProfile:
         return profile
 
 
-MOST_GAIN_SCALE = 8.0  # a depth's gain scale stays within [1 / this, this]
-
-
-def trend(scales: Sequence[float]) -> float:
-    """The gain scale of the depth after `scales` (per depth 1, 2, ...) where it was not measured:
-    the last one times the last step between two when that step grows, else the last one (1 for
-    depth 1). Optimistic on purpose: a deeper tree is then tried, and so measured; a pessimistic
-    guess would never be tried and never corrected."""
-    if not scales:
-        return 1.0
-    step = max(1.0, scales[-1] / scales[-2]) if len(scales) > 1 else 1.0
-    return min(MOST_GAIN_SCALE, scales[-1] * step)
-
-
 class OnlineProfile:
     """A latency profile refitted from the rounds the decode loop itself times (docs/method.md 3.3).
 
@@ -250,30 +220,15 @@ class OnlineProfile:
       neighbours, not like a prior the neighbours refuted, and one seen often reads as measured;
     - prior sizes with no rounds of their own take the pooled correction.
 
-    The same rounds calibrate the other side of the size cut, its gains, depth by depth: a round
-    whose policy modelled its nodes (`Tree.reach`) adds, per depth d, the modelled probability
-    that the accepted path reaches d (the sum of its depth-d nodes' reach) and whether it did.
-    `gain_scales[d - 1]` is reached / modelled over the last `gain_window` such rounds, shrunk
-    toward 1 in log space by M / (M + shrink), M the modelled count (what the estimate rests on),
-    and `best_size` multiplies each node's gain by its depth's scale (at most 1). Why: with the
-    shipped 1.5B drafter and scorer on 5 HumanEval prompts (w8a8 target, 2-core Intel Xeon with
-    AMX, trees cut at ~8 nodes) the path reached depths 2 / 3 / 4 / 5 / 6 in 0.90 / 0.65 / 0.39 /
-    0.20 / 0.15 of rounds where the model said 0.83 / 0.54 / 0.27 / 0.08 / 0.03 (1.1x to 5x; on
-    MT-Bench 0.95-1.4x), and 32-node trees reached tau 5.35 there (results/defaults): the cut,
-    trusting the model, stopped code's trees early.
-
     Invariant: with no observations `at_context(c)` reads as `prior.at_context(c)`; every read
     is a `LatencyProfile` (the policies need not know it learns), and that profile's isotonic
     fit keeps the refitted curve non-decreasing in n.
     """
 
-    def __init__(self, prior: LatencyProfile, window: int = 32, shrink: float = 3.0, gain_window: int = 64):
-        if window < 1 or shrink < 0 or gain_window < 1:
-            raise ValueError(f"need window >= 1, shrink >= 0 and gain_window >= 1, got {window}, {shrink}, "
-                             f"{gain_window}")
-        self.prior, self.window, self.shrink, self.gain_window = prior, window, shrink, gain_window
-        self.depth_rounds: list[tuple[list[float], int]] = []  # per round: modelled reach mass per depth, accepted
-        # path length; the last `gain_window` rounds, newest last
+    def __init__(self, prior: LatencyProfile, window: int = 32, shrink: float = 3.0):
+        if window < 1 or shrink < 0:
+            raise ValueError(f"need window >= 1 and shrink >= 0, got {window}, {shrink}")
+        self.prior, self.window, self.shrink = prior, window, shrink
         self.ratios: dict[int, list[float]] = {}  # tree size -> log ratios of its last rounds, newest last
         self.draft_ratios: list[float] = []
         self.counts: dict[int | None, int] = {}  # rounds seen per tree size (None: drafts), beyond the window
@@ -298,43 +253,13 @@ class OnlineProfile:
             self._push(self.draft_ratios, float(np.log(draft_seconds / base.draft_seconds)), None)
         self._memo.clear()
 
-    def add_reach(self, depths: Sequence[int], reach: Sequence[float], accepted: int) -> None:
-        """One round: its drafted nodes' depths (>= 1) and modelled reach, and the accepted path's length."""
-        mass = [0.0] * max(depths, default=0)  # [depth]
-        for d, r in zip(depths, reach):
-            mass[d - 1] += r
-        self.depth_rounds.append((mass, accepted))
-        del self.depth_rounds[: -self.gain_window]
-        self._memo.clear()
-
-    @property
-    def gain_scales(self) -> tuple[float, ...]:
-        """Per depth 1, 2, ...: reached / modelled over the last rounds, in log space shrunk by
-        M / (M + shrink), M the modelled count, toward the trend of the depths above it (1 at
-        depth 1; `trend`); () before any round."""
-        scales: list[float] = []
-        for d in range(1, max((len(m) for m, _ in self.depth_rounds), default=0) + 1):
-            modelled = sum(m[d - 1] for m, _ in self.depth_rounds if len(m) >= d)
-            prior = trend(scales)
-            if modelled <= 0:
-                scales.append(prior)
-                continue
-            reached = sum(1 for m, a in self.depth_rounds if len(m) >= d and a >= d)
-            ratio = min(max(reached / modelled, 1 / MOST_GAIN_SCALE), MOST_GAIN_SCALE)  # never reached: not 0
-            w = modelled / (modelled + self.shrink)
-            scales.append(float(np.exp(w * np.log(ratio) + (1 - w) * np.log(prior))))
-        return tuple(scales)
-
     def observe(self, r: Round) -> None:
         """A round of the decode loop (taps.decode.Round): its verify stage, and its draft stage
         when the round called the drafter's block pass alone (a rollout round's time depends on
-        its steps, which the profile's t_draft does not model); with its tree's modelled
-        acceptance, the nodes the target accepted."""
+        its steps, which the profile's t_draft does not model)."""
         p = r.proposal
         drafted = p is not None and p.fixed is None and p.draft_seconds is None
         self.add(r.tree.n_draft, r.seconds[2], r.seconds[0] if drafted else None, r.context)
-        if r.tree.reach is not None and r.tree.n_draft:
-            self.add_reach(r.tree.depths[1:].tolist(), r.tree.reach, len(r.verdict.accepted))
 
     def _log_correction(self, logs: list[float], k: int, toward: float = 0.0) -> float:
         """The median of `logs` after k rounds in all, shrunk toward `toward` (log space)."""
@@ -354,7 +279,7 @@ class OnlineProfile:
             sizes = sorted(set(base.sizes) | set(own))
             seconds = tuple(base.t_verify(n) * float(np.exp(own.get(n, pooled))) for n in sizes)
             draft = base.draft_seconds * float(np.exp(self._log_correction(self.draft_ratios, self.counts.get(None, 0))))
-            self._memo[key] = LatencyProfile(tuple(sizes), seconds, draft, base.info, self.gain_scales)
+            self._memo[key] = LatencyProfile(tuple(sizes), seconds, draft, base.info)
         return self._memo[key]
 
 def _read_line(xs: Sequence[int], ys: Sequence[float], x: float) -> float:

@@ -152,9 +152,8 @@ def _best_first(logq: list[list[float]], n_max: int) -> list[tuple[int, int, int
     return order
 
 
-def _order_tree(root: int, tok: list[list[int]], order: Sequence[tuple[int, int, int, float]],
-                reach: Sequence[float] | None = None) -> Tree:
-    return Tree.from_lists([root] + [tok[d][r] for _, d, r, _ in order], [-1] + [p for p, _, _, _ in order], reach)
+def _order_tree(root: int, tok: list[list[int]], order: Sequence[tuple[int, int, int, float]]) -> Tree:
+    return Tree.from_lists([root] + [tok[d][r] for _, d, r, _ in order], [-1] + [p for p, _, _, _ in order])
 
 
 @register("chain", "DFlash: the argmax token at each depth, one path of up to `budget` nodes")
@@ -200,9 +199,8 @@ def cost_aware(proposal: Proposal, budget: int, config: CostAwareConfig | None =
     logq, tok = _top_tokens(marginals, budget)
     order = _best_first(logq, budget)
     gains = [math.exp(lq) for *_, lq in order]
-    depths = [d + 1 for _, d, _, _ in order]  # slot d drafts depth d + 1
-    n = cfg.profile.at_context(proposal.context).best_size(gains, proposal.draft_seconds, depths)
-    return _order_tree(root, tok, order[:n], gains[:n])
+    n = cfg.profile.at_context(proposal.context).best_size(gains, proposal.draft_seconds)
+    return _order_tree(root, tok, order[:n])
 
 
 def build_pool(
@@ -335,10 +333,8 @@ def taps(proposal: Proposal, budget: int, config: TapsConfig | None = None) -> T
             push(c)
     if cfg.throughput:  # section 5: the size with the most expected tokens per second
         profile = cfg.profile.at_context(proposal.context)
-        admitted = admitted[: profile.best_size([reach[v] for v in admitted], proposal.draft_seconds,
-                                                [depths[v] for v in admitted])]
+        admitted = admitted[: profile.best_size([reach[v] for v in admitted], proposal.draft_seconds)]
     index = {v: i + 1 for i, v in enumerate(admitted)}  # pool node -> tree node
     index[0] = 0
     tokens = pool.tokens.tolist()
-    return Tree.from_lists([root] + [tokens[v] for v in admitted], [-1] + [index[parents[v]] for v in admitted],
-                           [reach[v] for v in admitted])
+    return Tree.from_lists([root] + [tokens[v] for v in admitted], [-1] + [index[parents[v]] for v in admitted])

@@ -7,7 +7,6 @@ parents before children, which is what one verification forward needs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +17,6 @@ class Tree:
     tokens: torch.Tensor  # [n_nodes] int64, node 0 = root token
     parents: torch.Tensor  # [n_nodes] int64, parents[0] = -1, parents[i] < i
     depths: torch.Tensor  # [n_nodes] int64, depths[0] = 0, depths[i] = depths[parents[i]] + 1
-    reach: tuple[float, ...] | None = None  # [n_nodes - 1] each drafted node's modelled probability of
-    # being accepted, by the policy that chose it (None: it models none); taps.costmodel.OnlineProfile checks them
 
     def __post_init__(self):
         n = self.tokens.shape[0]
@@ -36,7 +33,7 @@ class Tree:
                 raise ValueError("depths must equal the parent's depth + 1")
 
     @staticmethod
-    def from_lists(tokens: list[int], parents: list[int], reach: Sequence[float] | None = None) -> Tree:
+    def from_lists(tokens: list[int], parents: list[int]) -> Tree:
         """Build from plain lists; depths are derived from parents."""
         depths = [0] * len(tokens)
         for i in range(1, len(tokens)):
@@ -45,7 +42,6 @@ class Tree:
             torch.tensor(tokens, dtype=torch.long),
             torch.tensor(parents, dtype=torch.long),
             torch.tensor(depths, dtype=torch.long),
-            None if reach is None else tuple(float(r) for r in reach),
         )
 
     @staticmethod
