@@ -51,7 +51,7 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     scale = dim**-0.5 if scaling is None else scaling
     # row i's heads as [Hkv, group, D] blocks, scaled once for all rows
     q = (query.float() * scale).transpose(1, 2).reshape(batch, rows, kv_heads, group, dim)  # [B, Q, Hkv, g, D]
-    out = torch.empty(batch, rows, kv_heads, group, dim)  # [B, Q, Hkv, g, D]
+    out = query.new_empty(batch, rows, kv_heads, group, dim, dtype=torch.float32)  # [B, Q, Hkv, g, D]
     for b in range(batch):
         if attention_mask is None:  # causal: the rows are the cache's last `rows` positions, each over its prefix
             keys = range(key.shape[2] - rows + 1, key.shape[2] + 1)
