@@ -23,7 +23,8 @@ def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
         while j >= 0:  # self and ancestors
             mask[i, cached + j] = True
             j = int(tree[j])
-    # rows 0 and 1 attend to a prefix of the keys (read in place); the others gather theirs
+    # rows 0 and 1 attend to a prefix of the keys (read in place); the others share one copy of the
+    # context and write their own ancestors after it
     keys = _allowed(mask[None, None], 0)
     assert [isinstance(k, int) for k in keys] == [i in (0, 1) for i in range(rows)]
     assert {k[0] for k in keys[2:]} == {cached + 1}  # one shared start: the context and the root
