@@ -136,6 +136,40 @@ def test_sampling_follows_the_quantized_models_own_law(method, scheme):
     assert chi_square_pvalue(samples, law) > 1e-3
 
 
+@needs_w8a8
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # Qwen2's q, k, v have biases
+def test_shared_products_give_every_layer_its_own_bits(family, dtype, monkeypatch):
+    """w8a8's shared products (q, k, v in one, gate and up in one: SharedInput) change no bit: the
+    logits of a prompt and of every tree row, and each layer's output in any call order, equal
+    the model quantized layer by layer."""
+    model = tiny_model(family).to(dtype)
+    with torch.no_grad():  # biases start at zero: make them count
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                m.bias.normal_(0, 0.5)
+    shared = quantize_weights(copy.deepcopy(model), "w8a8")
+    monkeypatch.setattr("taps.weightonly.SHARED_INPUTS", ())
+    alone = quantize_weights(copy.deepcopy(model), "w8a8")
+    members = [m for m in shared.modules() if isinstance(m, WeightOnlyLinear) and m.shared is not None]
+    assert len(members) == 5 * 3 and not any(m.shared is not None for m in alone.modules()
+                                             if isinstance(m, WeightOnlyLinear))
+    ids = torch.tensor([PROMPT + [3, 8, 60, 1]])
+    with torch.inference_mode():
+        assert torch.equal(shared(ids).logits, alone(ids).logits)
+    assert hf_greedy(shared, 24) == hf_greedy(alone, 24)
+    trees = [generate(Target(m), PROMPT, DecodeConfig(method="taps", budget=16, max_new_tokens=24, stop_ids=()),
+                      load_drafter("noisy", Target(m), block_len=6)).token_ids for m in (shared, alone)]
+    assert trees[0] == trees[1] == hf_greedy(alone, 24)
+    # each member returns the product of the tensor it is given, whatever the order of calls
+    attn, attn_alone = shared.model.layers[1].self_attn, alone.model.layers[1].self_attn
+    x, y = torch.randn(2, 5, 64, dtype=dtype), torch.randn(2, 5, 64, dtype=dtype)
+    with torch.inference_mode():
+        for name, arg in [("k_proj", x), ("q_proj", x), ("q_proj", x), ("v_proj", y), ("k_proj", x), ("v_proj", x)]:
+            assert torch.equal(getattr(attn, name)(arg), getattr(attn_alone, name)(arg)), name
+    assert torch.equal(attn.v_proj.weight, attn_alone.v_proj.weight)
+
+
 def test_what_cannot_run_is_refused_before_any_layer_changes():
     model = tiny_model("llama", vocab=8)
     with pytest.raises(ValueError, match=r"int4 needs layers with inputs a multiple of 32 and outputs a multiple of "
