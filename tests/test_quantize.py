@@ -9,9 +9,11 @@ from taps.drafters import load_drafter
 from taps.drafters.grown import GrownConfig, GrownDrafter
 from taps.quantize import auto_scheme, load_dtype, quantize_linears, quantized_layers, scheme_of
 from taps.target import Target
+from taps.weightonly import _int8_kernel_is_exact
 from tiny import hf_greedy, tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
+needs_w8a8 = pytest.mark.skipif(not _int8_kernel_is_exact(), reason="this CPU's int8 kernel saturates: w8a8 is refused")
 
 
 def test_int8_replaces_every_linear_and_stays_close():
@@ -39,12 +41,18 @@ def test_none_leaves_the_model_alone_and_bad_requests_are_refused():
         load_drafter("oracle", Target(model), quantize="int8")  # it runs the target itself
 
 
-@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_w8a8_is_refused_in_the_drafters_words_where_the_int8_kernel_saturates(monkeypatch):
+    monkeypatch.setattr("taps.weightonly._int8_kernel_is_exact", lambda: False)  # as on a CPU without VNNI
+    with pytest.raises(ValueError, match=r"--drafter-quant w8a8 needs .* use --drafter-quant int8$"):
+        quantize_linears(tiny_model("llama"), "w8a8")
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4", pytest.param("w8a8", marks=needs_w8a8)])
 @pytest.mark.parametrize("method", ["chain", "ddtree", "taps"])
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 def test_decoding_with_a_quantized_drafter_equals_greedy(method, scheme):
     """A grown drafter over the target's own weights (a drafter that would accept nearly
-    everything) in int8 (dynamic) or int4 (weight-only): still token for token plain greedy."""
+    everything) in int8 (dynamic), int4 (weight-only) or w8a8: still token for token plain greedy."""
     model = tiny_model("qwen2", seed=0)
     target = Target(model)
     base = tiny_model("qwen2", seed=0)
@@ -63,6 +71,7 @@ def test_an_int8_grown_drafter_loads_in_float32_beside_a_bfloat16_target():
     assert load_dtype("none", torch.bfloat16) == torch.bfloat16
     assert load_dtype("int8", torch.bfloat16) == torch.float32
     assert load_dtype("int4", torch.bfloat16) == torch.bfloat16  # weight-only: the drafter's own dtype
+    assert load_dtype("w8a8", torch.bfloat16) == torch.float32  # float32 activations: its adapters' products
     target = Target(tiny_model("qwen2", seed=0).to(torch.bfloat16))
     base = tiny_model("qwen2", seed=0)
     cfg = GrownConfig(base="tiny", mask_token_id=95, block_size=6)

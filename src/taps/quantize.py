@@ -16,6 +16,12 @@ taps silences the notice here rather than in every user's log. (torch's weight-o
 "int4" is weight-only instead (taps.weightonly, the target's `--target-quant int4` kernel): a
 quarter of bfloat16's bytes, in the drafter's own dtype; beside an int4 target it keeps the
 draft from costing more than the verification (results/quantized-targets).
+
+"w8a8" is the target's `--target-quant w8a8` kernel (taps.weightonly): int8 weights prepacked for
+oneDNN, each activation row rounded to int8, the products VNNI/AMX's, and the layers that read one
+input (q, k, v; gate, up) one product. The drafter runs it in float32 activations, as int8 does:
+its adapters' rank-16 products in bfloat16 cost three times float32's. Only where the int8 kernel
+sums exactly (AVX-512 VNNI or AMX), as for a target.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ import warnings
 import torch
 from torch import nn
 
-# --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4
-SCHEMES = ("auto", "none", "int8", "int4")
+# --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4; int8 x int8
+SCHEMES = ("auto", "none", "int8", "int4", "w8a8")
 
 
 def auto_scheme(kind_default: str, device: torch.device | str) -> str:
@@ -55,7 +61,7 @@ def load_dtype(scheme: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype to load a drafter or assistant in, before `quantize_linears(model, scheme)`, beside a
     target in `dtype`: int8 kernels read float32 weights, so an int8 drafter loads in float32 whatever
     the target's dtype (it only proposes tokens; the target verifies every one in its own)."""
-    return torch.float32 if check_scheme(scheme) == "int8" else dtype
+    return torch.float32 if check_scheme(scheme) in ("int8", "w8a8") else dtype
 
 
 def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
@@ -66,9 +72,13 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     PyTorch build with the x86/fbgemm engine."""
     if check_scheme(scheme) == "none":
         return model
-    if scheme == "int4":
-        from taps.weightonly import quantize_weights
+    if scheme in ("int4", "w8a8"):
+        from taps.weightonly import check_target_quant, quantize_weights
 
+        try:
+            check_target_quant(scheme, next(model.parameters()).device)
+        except ValueError as e:  # the target's message, in the drafter's words
+            raise ValueError(str(e).replace("--target-quant", "--drafter-quant")) from None
         return quantize_weights(model, scheme, rowwise=False)  # a drafter only proposes: its rows need not be exact
     from taps.linear import use_linear
 

@@ -310,13 +310,24 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
 
 def _shared_inputs(model: nn.Module) -> dict[str, tuple[SharedInput, int]]:
     """Each linear layer of `model` that shares its input with others of its module (SHARED_INPUTS,
-    SharedInput.fits) -> (their shared product, its index there)."""
+    SharedInput.fits) -> (their shared product, its index there). A layer wrapped by an adapter
+    that calls it on the wrapper's own input (peft's `base_layer`, a grown drafter's
+    MaskRowAdapter) counts as the wrapper."""
     found = {}
     for prefix, module in model.named_modules():
         for names in SHARED_INPUTS:
-            linears = [getattr(module, name, None) for name in names]
+            paths = [name + ".base_layer" * hasattr(getattr(module, name, None), "base_layer") for name in names]
+            linears = [_find(module, path) for path in paths]
             if SharedInput.fits(linears):
                 product = SharedInput(linears)
-                for index, name in enumerate(names):
-                    found[f"{prefix}.{name}" if prefix else name] = (product, index)
+                for index, path in enumerate(paths):
+                    found[f"{prefix}.{path}" if prefix else path] = (product, index)
     return found
+
+
+def _find(module: nn.Module, path: str) -> object:
+    """`module.get_submodule(path)`, or None where there is none."""
+    try:
+        return module.get_submodule(path)
+    except AttributeError:
+        return None

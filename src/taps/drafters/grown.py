@@ -484,12 +484,12 @@ class MaskRowAdapter(torch.nn.Module):
 
     def __init__(self, base: torch.nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float, rows: MaskRows):
         super().__init__()
-        self.base, self.rows = base, rows
+        self.base_layer, self.rows = base, rows  # peft's name: taps.weightonly looks through it
         self.register_buffer("a_t", a.detach().T.contiguous())  # [in, r]
         self.register_buffer("b_t", (b.detach() * scale).T.contiguous())  # [r, out]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)  # [B, T, out]
+        y = self.base_layer(x)  # [B, T, out]
         n = self.rows.n
         if n:  # the model's one dtype throughout (an int8 drafter runs float32 activations)
             # Per sequence, 2-D in place (mm, then addmm_ into y's rows): half the time of the 3-D
