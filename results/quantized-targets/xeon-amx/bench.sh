@@ -5,6 +5,7 @@
 # bfloat16 activations, the shipped grown drafter in int8 (its fastest draft here: draft.txt).
 # One file per scheme; round costs measured first (profile-*.json). Resumable: rerun it.
 # TAG=-bmm names a rerun's files apart (<scheme>-bmm.jsonl: after commit b5d2197's row-wise attention).
+# DRAFTER=w8a8 runs the drafter on the target's w8a8 kernel (default int8: dynamic, fbgemm).
 # llama-cpp-python 0.3.36 built natively minus AMX (README.md here: its AMX build crashes on this
 # machine), wheel made once with
 #   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
@@ -15,12 +16,12 @@ cd "$(dirname "$0")/../../.."
 OUT=results/quantized-targets/xeon-amx
 TAPS=${TAPS:-.venv/bin/taps}
 COMMON="--target qwen2.5-coder-1.5b --dtype bfloat16 --datasets humaneval,mt-bench --turns 1 --limit 10 \
-    --temperatures 0 --max-new-tokens 128 --drafter-quant int8"
+    --temperatures 0 --max-new-tokens 128 --drafter-quant ${DRAFTER:-int8}"
 TAG=${TAG:-}
 for quant in ${SCHEMES:-w8a8 none int4}; do
-    PROFILE=$OUT/profile-$quant$TAG-draft-int8.json
+    PROFILE=$OUT/profile-$quant$TAG-draft-${DRAFTER:-int8}.json
     [ -f $PROFILE ] || $TAPS profile --target qwen2.5-coder-1.5b --dtype bfloat16 --target-quant $quant \
-        --drafter-quant int8 --sizes 0,1,3,7,15,31,63 --contexts 256 --repeats 3 --out $PROFILE
+        --drafter-quant ${DRAFTER:-int8} --sizes 0,1,3,7,15,31,63 --contexts 256 --repeats 3 --out $PROFILE
     $TAPS bench $COMMON --target-quant $quant --profile $PROFILE --methods ar,ddtree:8,taps:32,llama-cpp \
         --out $OUT/$quant$TAG.jsonl
     $TAPS report $OUT/$quant$TAG.jsonl --out $OUT/report-$quant$TAG --complete-only
