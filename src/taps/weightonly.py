@@ -106,7 +106,8 @@ class SharedInput:
     member's output; a member then called with that same tensor takes its own slice, and one
     called with another tensor, or a second time with it, computes anew. So each call returns the
     product of the tensor it was given, provided that tensor is not changed in place between the
-    calls of one block (a block that projects one hidden state three times does not).
+    calls of one block (a block that projects one hidden state three times does not); a block
+    that gave its members different tensors would pay a whole shared product per call, correctly.
 
     Bits: each output channel is its own layer's int32 sum (exact) times its own scale, and the
     input's codes are the same whichever layer rounds them; biases are added per channel as
