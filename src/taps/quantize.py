@@ -46,8 +46,8 @@ def auto_scheme(kind_default: str, device: torch.device | str) -> str:
     Where the CPU has AMX, "int8" becomes "w8a8": beside the 1.5B's w8a8 target (2-core Intel Xeon
     with AMX, taps:32, 10 HumanEval + 10 MT-Bench prompts interleaved, 128 tokens) a round's draft
     took 67 against 74 ms (HumanEval) and 64 against 68 (MT-Bench), tokens/s 1.08x [1.01-1.15] and
-    1.04x [0.99-1.05] of int8's (results/quantized-targets/xeon-amx/drafter-quant-w8a8.jsonl).
-    Elsewhere unmeasured: int8 stays."""
+    1.04x [0.99-1.05] of int8's; beside the bfloat16 target 1.06x [1.03-1.10] and 1.02x [1.00-1.04]
+    (results/quantized-targets/xeon-amx/drafter-quant-*.jsonl). Elsewhere unmeasured: int8 stays."""
     if torch.device(device).type != "cpu" or not _int8_engine():
         return "none"
     amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
