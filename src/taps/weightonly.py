@@ -171,7 +171,6 @@ class WeightOnlyLinear(nn.Module):
     def __init__(self, linear: nn.Linear, scheme: str, group_size: int = GROUP_SIZE,
                  shared: SharedInput | None = None, index: int = 0):
         super().__init__()
-        weight = linear.weight.detach().float()  # [N, K]
         dtype = linear.weight.dtype
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.scheme, self.group_size = scheme, group_size
@@ -185,7 +184,7 @@ class WeightOnlyLinear(nn.Module):
             self.shared, self.index = shared, index
             self.register_buffer("scales", shared.scales32[shared.rows(index)].to(dtype))  # [N]: its dtype, its scales
         elif scheme in ("int8", "w8a8"):
-            qweight, scale = _int8_rows(weight)  # [N, K], [N]
+            qweight, scale = _int8_rows(linear.weight.detach().float())  # [N, K], [N]
             self.register_buffer("scales", scale.to(dtype))  # [N]
             if scheme == "int8":
                 self.register_buffer("qweight", qweight)
@@ -195,8 +194,8 @@ class WeightOnlyLinear(nn.Module):
                 self.register_buffer("scales32", scale)
                 self.register_buffer("zero_points", torch.zeros(scale.shape, dtype=torch.long))  # made once, not per call
         elif scheme == "int4":
-            n, k = weight.shape
-            groups = weight.reshape(n, k // group_size, group_size)  # [N, K/g, g]
+            n, k = linear.weight.shape
+            groups = linear.weight.detach().float().reshape(n, k // group_size, group_size)  # [N, K/g, g]
             low, high = groups.amin(-1), groups.amax(-1)  # [N, K/g]
             scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
             codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, _INT4_LEVELS)
@@ -239,19 +238,20 @@ class WeightOnlyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.scheme}{group}{shared}"
 
 
-def check_target_quant(scheme: str, device: str | torch.device | None = None) -> str:
-    """`scheme` if this machine can run it on `device`; else a ValueError that says why and what to do."""
+def check_target_quant(scheme: str, device: str | torch.device | None = None, option: str = "--target-quant") -> str:
+    """`scheme` if this machine can run it on `device`; else a ValueError that says why and what to do,
+    in the words of `option` (the flag that asked for it: a drafter's is --drafter-quant)."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown target quantization {scheme!r}; choose one of {', '.join(SCHEMES)}")
     if scheme != "none" and torch.device(device or "cpu").type != "cpu":
-        raise ValueError(f"--target-quant {scheme} runs on PyTorch's CPU kernels; drop it on {device}")
+        raise ValueError(f"{option} {scheme} runs on PyTorch's CPU kernels; drop it on {device}")
     op = {"int8": "_weight_int8pack_mm", "int4": "_weight_int4pack_mm_for_cpu"}.get(scheme)
     if op is not None and not hasattr(torch.ops.aten, op):
-        raise ValueError(f"--target-quant {scheme} needs torch.ops.aten.{op}, missing from torch "
-                         f"{torch.__version__}; upgrade PyTorch or drop --target-quant")
+        raise ValueError(f"{option} {scheme} needs torch.ops.aten.{op}, missing from torch "
+                         f"{torch.__version__}; upgrade PyTorch or drop {option}")
     if scheme == "w8a8" and not _int8_kernel_is_exact():
-        raise ValueError("--target-quant w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
-                         "saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use --target-quant int8")
+        raise ValueError(f"{option} w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
+                         f"saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use {option} int8")
     return scheme
 
 
@@ -279,12 +279,14 @@ def target_quant_of(model: nn.Module) -> str:
     return next((m.scheme for m in model.modules() if isinstance(m, WeightOnlyLinear)), "none")
 
 
-def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE, rowwise: bool = True) -> nn.Module:
+def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE, rowwise: bool = True,
+                     option: str = "--target-quant") -> nn.Module:
     """`model` with every `nn.Linear` (the LM head included) replaced by a `WeightOnlyLinear` in
     `scheme`, in place; "none" returns it untouched. Refused before any layer changes when a layer
-    cannot be quantized (int4: input features not a multiple of `group_size`). `rowwise`: switch
-    its attention to taps.rowwise, as a target needs (a drafter, which only proposes, need not)."""
-    check_target_quant(scheme, next(model.parameters()).device)
+    cannot be quantized (int4: input features not a multiple of `group_size`), in the words of
+    `option`. `rowwise`: switch its attention to taps.rowwise, as a target needs (a drafter, which
+    only proposes, need not)."""
+    check_target_quant(scheme, next(model.parameters()).device, option)
     if scheme == "none":
         return model
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
@@ -292,9 +294,9 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
         odd = sorted({(m.in_features, m.out_features) for _, m in linears
                       if m.in_features % group_size or m.out_features % INT4_OUTPUT_TILE})
         if odd:
-            raise ValueError(f"--target-quant int4 needs layers with inputs a multiple of {group_size} and outputs a "
+            raise ValueError(f"{option} int4 needs layers with inputs a multiple of {group_size} and outputs a "
                              f"multiple of {INT4_OUTPUT_TILE}; this model has (inputs, outputs) {odd}; use "
-                             "--target-quant int8")
+                             f"{option} int8")
     shared = _shared_inputs(model) if scheme == "w8a8" else {}
     for name, linear in linears:
         parent, _, child = name.rpartition(".")

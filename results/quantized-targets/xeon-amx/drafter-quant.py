@@ -76,7 +76,8 @@ def main(out: Path, limit: int, target_quant: str) -> None:
                 if (p.dataset, p.id, run) in keys:
                     continue
                 s = res.stats
-                rec = {"cpu": cpu_name(), "target_quant": target_quant, "dataset": p.dataset, "question": p.id, "temperature": 0.0, "run": run,
+                rec = {"cpu": cpu_name(), "target_quant": target_quant, "dataset": p.dataset, "question": p.id,
+                       "temperature": 0.0, "run": run,
                        "new_tokens": s.new_tokens, "total_seconds": s.seconds, "tau": s.tau,
                        "nodes": s.mean_tree_size, "draft_ms": 1e3 * s.stage_seconds["draft"] / max(s.rounds, 1),
                        "equals_ar": res.token_ids == ar}
