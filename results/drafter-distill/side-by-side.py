@@ -12,6 +12,7 @@ it has no native bfloat16).
 TARGET=smollm2-135m compares drafters of that target instead of qwen2.5-coder-1.5b's; QUANT=none,int8
 sets each drafter's quantization (shipped, candidate; default int8 for both): SmolLM2's shipped
 DFlash drafter shares the target's dtype and runs int8 only beside a float32 target.
+TARGET_QUANT=w8a8 (or int8, int4) quantizes the target's weights for both (taps.weightonly; default none).
 Resumable: a rerun runs what either file lacks; LIMIT=N takes the first N prompts of each set (the
 files stay valid for a later rerun with more).
 BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the one it replaced
@@ -20,8 +21,9 @@ BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the o
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar,
 then the same ratio pooled over sets per method, over all drafting methods, and for ar (noise).
-    [TARGET=smollm2-135m] [QUANT=none,int8] [DTYPE=float32] [LIMIT=10] [DATASETS=humaneval,mt-bench] \
-      [TEMPERATURES=0,1] [BASELINE=FOLDER] .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
+    [TARGET=smollm2-135m] [QUANT=none,int8] [TARGET_QUANT=w8a8] [DTYPE=float32] [LIMIT=10] \
+      [DATASETS=humaneval,mt-bench] [TEMPERATURES=0,1] [BASELINE=FOLDER] \
+      .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
 
 import os
@@ -42,15 +44,18 @@ limit = int(os.environ.get("LIMIT", 10))
 datasets = tuple(os.environ.get("DATASETS", "humaneval,mt-bench,gsm-symbolic").split(","))
 temperatures = tuple(float(t) for t in os.environ.get("TEMPERATURES", "0").split(","))
 quants = dict(zip(("shipped", "candidate"), os.environ.get("QUANT", "int8,int8").split(",")))
+target_quant = os.environ.get("TARGET_QUANT", "none")
 out.mkdir(parents=True, exist_ok=True)
 drafters = {"shipped": os.environ.get("BASELINE") or shipped_drafter(TARGET), "candidate": candidate}
 for name, drafter in drafters.items():
     profile = out / f"profile-{name}.json"
     if not profile.exists():
         subprocess.run([".venv/bin/taps", "profile", "--target", TARGET, "--drafter", drafter, "--dtype", dtype,
-                        "--drafter-quant", quants[name], "--out", str(profile)], check=True)
+                        "--drafter-quant", quants[name], "--target-quant", target_quant, "--out", str(profile)],
+                       check=True)
 base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32"),
-                   datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype, temperatures=temperatures)
+                   datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype, temperatures=temperatures,
+                   target_quant=target_quant)
 cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(out / f"profile-{name}.json"))
         for name, drafter in drafters.items()]
 shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])

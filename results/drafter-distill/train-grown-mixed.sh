@@ -15,9 +15,11 @@
 # MAX_STEPS above N) starts the run as a copy of the same variant's MAX_STEPS=N run and extends it:
 # the data order and optimizer go on from step N, the learning rate warms up and decays again.
 # INIT: start from the weights of a grown drafter folder of the same settings, or of the shipped one
-# (--init-from), with a new schedule at peak learning rate LR (default 5e-4), on the chat second turns
-# too (distill-vllm-chat-followup-bf16.jsonl, 131K tokens the shipped drafter never saw): how training
-# goes on across machines, where a run folder does not survive (README). The run folder says "-from-".
+# (--init-from), with a new schedule at peak learning rate LR (default 5e-4), on every answer file the
+# shipped drafter never saw too: the chat and code second turns and the answers sampled at T=1
+# (distill-vllm-{chat-followup,followup,t1}-bf16.jsonl, 131K + 151K + 64K tokens; session 33's run,
+# before the last two existed, had the chat second turns only): how training goes on across
+# machines, where a run folder does not survive (README). The run folder says "-from-".
 # masks: the adapters act on the mask rows only (peft's activated LoRA, --adapt masks), so the
 # root's row and the context's cache stay the 0.5B's (README: slot 1 fell in the runs without it).
 # l12: the cheaper draft (docs/method.md 2.3): 12 of the 0.5B's 24 layers and a head of the data's
@@ -39,7 +41,7 @@ DATA=($D/distill-vllm-bf16.jsonl $D/distill-vllm-chat-bf16.jsonl)
 if [ -n "${INIT:-}" ]; then
     [ -z "${FROM:-}" ] || { echo "train-grown-mixed.sh: give FROM or INIT, not both" >&2; exit 2; }
     NAME=$NAME-from-$(basename "$INIT")${LR:+-lr$LR}
-    DATA+=($D/distill-vllm-chat-followup-bf16.jsonl)
+    DATA+=($D/distill-vllm-chat-followup-bf16.jsonl $D/distill-vllm-followup-bf16.jsonl $D/distill-vllm-t1-bf16.jsonl)
     EXTRA+=(--init-from "$INIT")
 fi
 RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-$NAME
