@@ -13,6 +13,8 @@ TARGET=smollm2-135m compares drafters of that target instead of qwen2.5-coder-1.
 sets each drafter's quantization (shipped, candidate; default int8 for both): SmolLM2's shipped
 DFlash drafter shares the target's dtype and runs int8 only beside a float32 target.
 TARGET_QUANT=w8a8 (or int8, int4) quantizes the target's weights for both (taps.weightonly; default none).
+PEERS=llama-cpp adds peers (taps bench's --methods names) to both files' methods, as ar is: each file
+is then a whole `taps bench` of its drafter beside the peers (issue 25's llama.cpp comparison).
 Resumable: a rerun runs what either file lacks; LIMIT=N takes the first N prompts of each set (the
 files stay valid for a later rerun with more).
 BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the one it replaced
@@ -21,7 +23,7 @@ BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the o
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar,
 then the same ratio pooled over sets per method, over all drafting methods, and for ar (noise).
-    [TARGET=smollm2-135m] [QUANT=none,int8] [TARGET_QUANT=w8a8] [DTYPE=float32] [LIMIT=10] \
+    [TARGET=smollm2-135m] [QUANT=none,int8] [TARGET_QUANT=w8a8] [PEERS=llama-cpp] [DTYPE=float32] [LIMIT=10] \
       [DATASETS=humaneval,mt-bench] [TEMPERATURES=0,1] [BASELINE=FOLDER] \
       .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
@@ -45,6 +47,7 @@ datasets = tuple(os.environ.get("DATASETS", "humaneval,mt-bench,gsm-symbolic").s
 temperatures = tuple(float(t) for t in os.environ.get("TEMPERATURES", "0").split(","))
 quants = dict(zip(("shipped", "candidate"), os.environ.get("QUANT", "int8,int8").split(",")))
 target_quant = os.environ.get("TARGET_QUANT", "none")
+peers = tuple(filter(None, os.environ.get("PEERS", "").split(",")))
 out.mkdir(parents=True, exist_ok=True)
 drafters = {"shipped": os.environ.get("BASELINE") or shipped_drafter(TARGET), "candidate": candidate}
 for name, drafter in drafters.items():
@@ -53,7 +56,7 @@ for name, drafter in drafters.items():
         subprocess.run([".venv/bin/taps", "profile", "--target", TARGET, "--drafter", drafter, "--dtype", dtype,
                         "--drafter-quant", quants[name], "--target-quant", target_quant, "--out", str(profile)],
                        check=True)
-base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32"),
+base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32", *peers),
                    datasets=datasets, turns=1, limit=limit, max_new_tokens=128, dtype=dtype, temperatures=temperatures,
                    target_quant=target_quant)
 cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(out / f"profile-{name}.json"))
@@ -66,19 +69,20 @@ def pairs_where(keep) -> list[tuple[dict, dict]]:
     return paired([r for r in cand if keep(r)], [r for r in shipped if keep(r)])
 
 
+undrafted = {"ar", *peers}  # the same runs in both files: their ratios are the machine's noise
 rows = {(r["method"], r["dataset"], r["temperature"]): r for r in summarize(shipped)}
 print(f"{'set':<10} {'T':>3} {'method':<8} {'tau shipped':>11} {'tau cand.':>9} {'x ar shipped':>12} "
       f"{'x ar cand.':>10}  candidate / shipped tokens/s")
 for row in summarize(cand):
     key = method, dataset, temperature = row["method"], row["dataset"], row["temperature"]
-    if method == "ar":
+    if method in undrafted:
         continue
     old = rows[key]
     print(f"{dataset:<10} {temperature:>3g} {method:<8} {old['tau']:>11.2f} {row['tau']:>9.2f} "
           f"{old['speedup_vs_ar']:>12.2f} {row['speedup_vs_ar']:>10.2f}  "
           f"{ratio_text(pairs_where(lambda r, key=key: (r['method'], r['dataset'], r['temperature']) == key))}")
-# Pooled over sets and temperatures, each prompt still paired with itself; ar against ar is the
-# machine's noise between the two files, the yardstick for the others.
+# Pooled over sets and temperatures, each prompt still paired with itself; ar (and a peer) against
+# itself is the machine's noise between the two files, the yardstick for the others.
 pooled = {m: pairs_where(lambda r, m=m: r["method"] == m) for m in dict.fromkeys(r["method"] for r in cand)}
 print("pooled: " + "; ".join(f"{m} {ratio_text(p)}" for m, p in pooled.items())
-      + f"; all drafting methods {ratio_text([p for m, ps in pooled.items() if m != 'ar' for p in ps])}")
+      + f"; all drafting methods {ratio_text([p for m, ps in pooled.items() if m not in undrafted for p in ps])}")
