@@ -4,11 +4,13 @@ from the raw records."""
 
 import dataclasses
 import json
+import time
 
 import pytest
 
 from taps import bench
 from taps.cli import main
+from taps.cpuload import MIN_SECONDS
 from taps.datasets import SPEC_BENCH_FILE, Prompt, load_prompts
 from taps.linear import linear_in_use
 from taps.records import Run, read_records, read_settings, record_key
@@ -20,7 +22,7 @@ MAX_NEW = 32  # recorded runs; the unrecorded warm-up runs use 8
 RECORD_FIELDS = {
     "dataset", "prompt_id", "category", "method", "budget", "temperature", "target", "drafter", "token_ids", "texts",
     "seconds", "rounds", "accepted_per_round", "tree_sizes", "stage_seconds", "new_tokens", "total_seconds",
-    "peak_rss_mb", "env", "copy_rounds",
+    "peak_rss_mb", "env", "copy_rounds", "others_cpu",
 }  # fmt: skip
 
 
@@ -160,6 +162,29 @@ def test_records_carry_every_field_with_the_drafter_only_on_speculative_methods(
         assert r["new_tokens"] == sum(len(t) for t in r["token_ids"])
         assert r["total_seconds"] == pytest.approx(sum(r["seconds"]))
     assert all(r["rounds"] is None and r["stage_seconds"] == {} for r in records if r["method"] == "hf-assisted")
+
+
+class TimedRunner(FakeRunner):
+    """FakeRunner whose recorded runs last long enough for taps.cpuload to measure them."""
+
+    def __call__(self, session, prompt, temperature, method, budget, max_new):
+        if max_new == MAX_NEW:
+            time.sleep(MIN_SECONDS)
+        return super().__call__(session, prompt, temperature, method, budget, max_new)
+
+
+def test_each_record_says_how_busy_the_machine_was_and_a_busy_run_is_reported_as_it_ends(harness, tmp_path,
+                                                                                          capsys, monkeypatch):
+    harness(TimedRunner())
+    one = bench.BenchConfig(drafter="oracle", methods=("ar", "chain"), limit=1, temperatures=(0.0,),
+                            max_new_tokens=MAX_NEW, dtype="bfloat16")
+    records = bench.run_bench(one, tmp_path / "measured.jsonl", progress=False)
+    assert all(0 <= r["others_cpu"] <= 1 for r in records)  # measured (Linux), a share of the machine
+    monkeypatch.setattr(bench, "BUSY", -1.0)  # every measured run now counts as shared
+    capsys.readouterr()
+    records = bench.run_bench(one, tmp_path / "busy.jsonl", progress=False)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "other processes used" in line]
+    assert len(warnings) == len(records) == 2 and "humaneval/HumanEval/0 ar ran" in warnings[0]
 
 
 def test_records_and_settings_name_the_drafter_without_absolute_paths(harness, tmp_path, monkeypatch):

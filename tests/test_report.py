@@ -524,3 +524,14 @@ def test_taps_report_errors_are_one_line_without_torch(tmp_path):
     good.write_text(json.dumps(synthetic_records()[0]) + "\n")
     done = run_without_torch("report", str(good), "--out", str(blocker / "r"))
     assert done.returncode == 2 and done.stderr.startswith(f"taps: error: cannot write the report to {blocker / 'r'}")
+
+
+def test_the_report_says_how_quiet_the_machine_was_and_counts_the_runs_that_shared_it(tmp_path):
+    records = synthetic_records()
+    assert "Other processes" not in write_report(records, tmp_path / "old").read_text()  # unmeasured: silent
+    shares = [0.0, 0.01, 0.02, 0.3]
+    measured = [{**r, "others_cpu": shares[i % len(shares)]} for i, r in enumerate(records)]
+    text = write_report(measured, tmp_path / "new").read_text()
+    n, busy = len(measured), sum(1 for i in range(len(measured)) if shares[i % len(shares)] > 0.1)
+    assert f"during a run: median 2%, most 30% ({n} runs measured)." in text
+    assert f"**{busy} of {n} runs shared the machine**" in text

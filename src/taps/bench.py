@@ -24,6 +24,7 @@ import transformers
 
 from taps.assets import DTYPES, load_model
 from taps.costmodel import cpu_name
+from taps.cpuload import BUSY, OthersCpu
 from taps.datasets import Prompt, load_prompts, spec_bench_digest
 from taps.decode import default_stop_ids
 from taps.drafters import drafter_kind, resolve_quant, shipped_drafter, shipped_scorer
@@ -500,10 +501,16 @@ def run_side_by_side(benches: Sequence[tuple[BenchConfig, Path]], progress: bool
                 run_job(session, mine[0][0], temperature, method, budget, max_new=8)
         for i, j in tqdm(todo, desc="bench", unit="run", disable=not progress):
             cfg, (prompt, temperature, method, budget) = benches[i][0], plans[i][j]
-            run = run_job(sessions[i], prompt, temperature, method, budget, cfg.max_new_tokens)
+            with OthersCpu() as load:
+                run = run_job(sessions[i], prompt, temperature, method, budget, cfg.max_new_tokens)
+            if load.share is not None and load.share > BUSY:
+                tqdm.write(f"bench: other processes used {load.share:.0%} of the CPU while {prompt.dataset}/"
+                           f"{prompt.id} {method} ran, so its time is not this method's: stop them, then delete "
+                           "the record and rerun (taps report counts such runs)", file=sys.stderr)
             stores[i].append(bench_record(
                 dataset=prompt.dataset, prompt_id=prompt.id, category=prompt.category, method=method, budget=budget,
                 temperature=temperature, target=cfg.target, drafter=cfg.drafter_name if _speculative(method) else None,
-                run=run, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, env=envs[i]))
+                run=run, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                others_cpu=load.share, env=envs[i]))
     wanted = set(job_keys[0])
     return [[r for r in store.records if record_key(r) in wanted] for store in stores]

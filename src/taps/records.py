@@ -225,18 +225,19 @@ def portable_name(name: str | None) -> str | None:
 
 def bench_record(*, dataset: str, prompt_id: str, category: str, method: str, budget: int | None,
                  temperature: float, target: str, drafter: str | None, run: Run, peak_rss_mb: float,
-                 env: dict) -> dict:
+                 env: dict, others_cpu: float | None = None) -> dict:
     """The record of one run: its key (KEY_FIELDS), the prompt's category, the models (drafter
     None for methods that draft nothing), every field of `run`, the totals the summaries read
-    (new_tokens, total_seconds), the process's peak memory and the environment it ran in. Models are
-    named by `portable_name`."""
+    (new_tokens, total_seconds), the process's peak memory, the share of the CPU other processes
+    used meanwhile (taps.cpuload; None where unmeasured, and absent from older records) and the
+    environment it ran in. Models are named by `portable_name`."""
     return {
         "dataset": dataset, "prompt_id": prompt_id, "category": category,
         "method": method, "budget": budget, "temperature": temperature,
         "target": portable_name(target), "drafter": portable_name(drafter),
         **asdict(run),
         "new_tokens": sum(len(t) for t in run.token_ids), "total_seconds": sum(run.seconds),
-        "peak_rss_mb": peak_rss_mb, "env": env,
+        "peak_rss_mb": peak_rss_mb, "others_cpu": others_cpu, "env": env,
     }  # fmt: skip
 
 

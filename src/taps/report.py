@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from taps.cpuload import BUSY
 from taps.files import make_folder
 from taps.records import LLAMA_CPP_PEERS, group_label, is_peer, portable_name
 from taps.summary import (
@@ -188,6 +189,22 @@ def environment_lines(records: list[dict]) -> list[str]:
     lines = [f"Models: target {targets}; drafter {drafters}."]
     lines += ["Environment: " + (", ".join(f"{k} {v}" for k, v in env.items()) or "not recorded") + "." for env in envs]
     return lines
+
+
+def load_lines(records: list[dict]) -> list[str]:
+    """How quiet the machine was: the share of the CPU other processes used during the runs
+    (taps.cpuload), and a warning naming how many runs shared it past BUSY, whose times are not
+    their methods'; a blank line after. Nothing for records made before it was measured."""
+    shares = sorted(r["others_cpu"] for r in records if r.get("others_cpu") is not None)
+    if not shares:
+        return []
+    lines = [f"Other processes' share of the CPU during a run: median {shares[len(shares) // 2]:.0%}, "
+             f"most {shares[-1]:.0%} ({len(shares)} runs measured)."]
+    busy = [s for s in shares if s > BUSY]
+    if busy:
+        lines += ["", f"**{len(busy)} of {len(shares)} runs shared the machine** (other processes used more than "
+                      f"{BUSY:.0%} of its CPU): their times are not their methods'. Rerun them on a quiet machine."]
+    return [*lines, ""]
 
 
 ROUND_COST_COLUMNS = (
@@ -460,6 +477,7 @@ def write_report(records: Iterable[dict], out_dir: Path | str) -> Path:
         "",
         *environment_lines(records),
         "",
+        *load_lines(records),
         *matrix_section(own_summary, rival_rows),
         "## Every method, dataset and temperature",
         "",
