@@ -10,6 +10,7 @@ import pytest
 
 from taps import bench
 from taps.cli import main
+from taps import cpuload
 from taps.cpuload import MIN_SECONDS
 from taps.datasets import SPEC_BENCH_FILE, Prompt, load_prompts
 from taps.linear import linear_in_use
@@ -180,7 +181,7 @@ def test_each_record_says_how_busy_the_machine_was_and_a_busy_run_is_reported_as
                             max_new_tokens=MAX_NEW, dtype="bfloat16")
     records = bench.run_bench(one, tmp_path / "measured.jsonl", progress=False)
     assert all(0 <= r["others_cpu"] <= 1 for r in records)  # measured (Linux), a share of the machine
-    monkeypatch.setattr(bench, "BUSY", -1.0)  # every measured run now counts as shared
+    monkeypatch.setattr(cpuload, "BUSY", -1.0)  # every measured run now counts as shared
     capsys.readouterr()
     records = bench.run_bench(one, tmp_path / "busy.jsonl", progress=False)
     warnings = [line for line in capsys.readouterr().err.splitlines() if "other processes used" in line]

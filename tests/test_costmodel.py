@@ -267,3 +267,16 @@ def test_stable_median_drops_warmup_and_times_until_the_halves_agree():
     count = []
     stable_median(lambda: count.append(1) or next(never), repeats=2, warmup=0)
     assert len(count) == MOST_REPEATS * 2
+
+
+def test_loading_a_profile_measured_on_a_busy_machine_warns(tmp_path):
+    p = default_profile()
+    for share in (None, 0.02, 0.4):
+        info = dataclasses.replace(p.info, cpu=cpu_name(), others_cpu=share)
+        dataclasses.replace(p, info=info).save(tmp_path / f"{share}.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # unmeasured or quiet: no warning
+        for share in (None, 0.02):
+            assert LatencyProfile.load(tmp_path / f"{share}.json").info.others_cpu == share
+    with pytest.warns(UserWarning, match="other processes used 40% of the CPU"):
+        LatencyProfile.load(tmp_path / "0.4.json")

@@ -24,7 +24,7 @@ import transformers
 
 from taps.assets import DTYPES, load_model
 from taps.costmodel import cpu_name
-from taps.cpuload import BUSY, OthersCpu
+from taps.cpuload import OthersCpu, is_busy
 from taps.datasets import Prompt, load_prompts, spec_bench_digest
 from taps.decode import default_stop_ids
 from taps.drafters import drafter_kind, resolve_quant, shipped_drafter, shipped_scorer
@@ -503,7 +503,7 @@ def run_side_by_side(benches: Sequence[tuple[BenchConfig, Path]], progress: bool
             cfg, (prompt, temperature, method, budget) = benches[i][0], plans[i][j]
             with OthersCpu() as load:
                 run = run_job(sessions[i], prompt, temperature, method, budget, cfg.max_new_tokens)
-            if load.share is not None and load.share > BUSY:
+            if is_busy(load.share):
                 tqdm.write(f"bench: other processes used {load.share:.0%} of the CPU while {prompt.dataset}/"
                            f"{prompt.id} {method} ran, so its time is not this method's: stop them, then delete "
                            "the record and rerun (taps report counts such runs)", file=sys.stderr)

@@ -191,6 +191,7 @@ def _profile(args) -> int:
     from pathlib import Path
 
     from taps.costmodel import measure_profile, profile_path
+    from taps.cpuload import is_busy
 
     spec = _load(args, "chain")  # loads the target and its drafter; the profile times both
     profile = measure_profile(spec.target, spec.drafter, sizes=args.sizes, context_lengths=args.contexts, repeats=args.repeats)
@@ -208,6 +209,9 @@ def _profile(args) -> int:
     per_context = ", ".join(f"{1000 * d:.1f} at {c}" for c, d in zip(info.context_lengths, info.draft_by_context))
     print(f"t_draft {1000 * profile.draft_seconds:.1f} ms" + (f" ({per_context})" if several and per_context else "")
           + f"; saved {out}")
+    if is_busy(info.others_cpu):
+        print(f"taps profile: other processes used {info.others_cpu:.0%} of the CPU while it measured, so these are "
+              "a busy machine's costs: run it again when the machine is quiet", file=sys.stderr)
     return 0
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from taps.cpuload import OthersCpu, is_busy
 from taps.files import read_json
 from taps.linear import linear_backend, linear_in_use
 from taps.quantize import scheme_of
@@ -65,6 +66,7 @@ class ProfileInfo:
     linear: str = "torch"  # kernel of the float32 linear layers (taps.linear); it changes t_verify(n)
     drafter_quant: str = "none"  # precision of the timed drafter's linear layers (taps.quantize); it changes t_draft
     target_quant: str = "none"  # precision of the timed target's weights (taps.weightonly); it changes t_verify(n)
+    others_cpu: float | None = None  # share of the CPU other processes used meanwhile (taps.cpuload; None: unmeasured)
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,10 @@ class LatencyProfile:
         if profile.info.cpu != here:
             warnings.warn(f"the latency profile {path} was measured on {profile.info.cpu!r}, this CPU is {here!r}: "
                           "tree sizes follow that machine's costs; run `taps profile` here", stacklevel=2)
+        if is_busy(profile.info.others_cpu):
+            warnings.warn(f"the latency profile {path} was measured while other processes used "
+                          f"{profile.info.others_cpu:.0%} of the CPU: tree sizes follow that busy machine's costs; "
+                          "run `taps profile` again on a quiet machine", stacklevel=2)
         return profile
 
 
@@ -413,13 +419,14 @@ def measure_profile(
         )
     gen = torch.Generator().manual_seed(seed)
     verify_rows, draft_times = [], []
-    for context in context_lengths:
-        ids = torch.randint(target.vocab_size, (context + 1,), generator=gen).tolist()  # root last
-        features = target.prefill(ids[:-1])
-        trees = [random_tree(n, ids[-1], target.vocab_size, gen) for n in sizes]
-        verify_rows.append(tuple(_median_verify_seconds(target, tree, repeats, warmup) for tree in trees))
-        if drafter is not None:
-            draft_times.append(_median_draft_seconds(target, drafter, ids, features, repeats, warmup))
+    with OthersCpu() as load:
+        for context in context_lengths:
+            ids = torch.randint(target.vocab_size, (context + 1,), generator=gen).tolist()  # root last
+            features = target.prefill(ids[:-1])
+            trees = [random_tree(n, ids[-1], target.vocab_size, gen) for n in sizes]
+            verify_rows.append(tuple(_median_verify_seconds(target, tree, repeats, warmup) for tree in trees))
+            if drafter is not None:
+                draft_times.append(_median_draft_seconds(target, drafter, ids, features, repeats, warmup))
     verify = tuple(statistics.fmean(col) for col in zip(*verify_rows))
     info = ProfileInfo(
         target=portable_name(target.config._name_or_path) or target.config.model_type,
@@ -434,6 +441,7 @@ def measure_profile(
         linear=linear_backend(target.model),
         drafter_quant=scheme_of(getattr(drafter, "model", None)),
         target_quant=target_quant_of(target.model),
+        others_cpu=load.share,
         note="measure_profile" + ("" if drafter is not None else ": no drafter given, t_draft = 0"),
     )
     return LatencyProfile(sizes, verify, statistics.fmean(draft_times) if draft_times else 0.0, info)

@@ -6,8 +6,9 @@ oversubscribe the cores, and every parallel operation then waits for its preempt
 2-core Intel Xeon, a w8a8 1.5B draft took 3.2 s instead of 65 ms beside a drafter training run
 (session 39), and the training itself slowed 4x. Such a run's time says nothing about the
 method, yet nothing in the record showed it. `OthersCpu` measures it from the operating system's
-own counters, so every benchmark record says how quiet its machine was (`others_cpu`), the
-benchmark warns as it goes, and `taps report` counts the suspect runs.
+own counters, so every benchmark record and latency profile says how quiet its machine was
+(`others_cpu`), the benchmark and `taps profile` warn as they go, `taps report` counts the
+suspect runs, and loading a profile measured on a busy machine warns.
 
 others' share = (machine's busy CPU time - this process's, children included) / (wall time x
 logical CPUs), over the block: 0 on a quiet machine, 1 when other processes kept every CPU busy.
@@ -27,6 +28,11 @@ BUSY = 0.1  # others' share above which a timed run is suspect: warn, and count 
 MIN_SECONDS = 0.5  # shorter blocks get no share: a 10 ms tick would be 1% of the machine's time over it
 
 _BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")  # guest time is inside user already
+
+
+def is_busy(share: float | None) -> bool:
+    """Whether a measured share says the machine was shared (above BUSY)."""
+    return share is not None and share > BUSY
 
 
 def _machine_busy() -> float:
