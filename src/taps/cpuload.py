@@ -16,6 +16,11 @@ Busy time is user + nice + system + irq + softirq + steal (another guest of the 
 psutil reads it (/proc/stat on Linux, whose counters tick every 10 ms: a block of a second reads
 to about 0.01, one of a millisecond to nothing useful). The share is None for a block shorter than
 MIN_SECONDS and where the system's times cannot be read.
+
+What it cannot see: a virtual machine's host slowing every CPU without taking CPU time from it
+(other guests' memory traffic, a lower clock). In session 39 the same machine decoded a llama.cpp
+token in 67.5 ms, then an hour later in 115 ms with nothing else running and no steal time
+counted. Only runs interleaved in one file, under the same host, compare (taps.bench).
 """
 
 from __future__ import annotations
