@@ -188,6 +188,23 @@ def test_each_record_says_how_busy_the_machine_was_and_a_busy_run_is_reported_as
     assert len(warnings) == len(records) == 2 and "humaneval/HumanEval/0 ar ran" in warnings[0]
 
 
+def test_redo_busy_runs_again_exactly_the_records_that_shared_the_cpu(harness, tmp_path):
+    out = tmp_path / "r.jsonl"
+    harness(FakeRunner())
+    records = bench.run_bench(config(limit=1), out, progress=False)
+    busy = records[2]
+    lines = out.read_text().splitlines()
+    lines = [lines[0]] + [json.dumps({**r, "others_cpu": 0.5 if r is busy else 0.0}) for r in records]
+    out.write_text("\n".join(lines) + "\n")  # as if the third run had shared the machine
+    runner = harness(FakeRunner())
+    bench.run_bench(config(limit=1), out, progress=False)
+    assert runner.recorded == []  # without --redo-busy a finished record stays
+    again = bench.run_bench(config(limit=1), out, progress=False, redo_busy=True)
+    assert runner.recorded == [(busy["prompt_id"], busy["temperature"], busy["method"], busy["budget"])]
+    assert sorted(keys(again)) == sorted(keys(records)) == sorted(keys(read_records(out)))  # no duplicates
+    assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]  # the rewrite left nothing beside it
+
+
 def test_records_and_settings_name_the_drafter_without_absolute_paths(harness, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     harness(FakeRunner())

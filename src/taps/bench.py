@@ -472,16 +472,19 @@ def run_job(session: Session, prompt: Prompt, temperature: float, method: str, b
     return runner(session, prompt, method, budget, temperature, session.cfg.seed, max_new)
 
 
-def run_bench(cfg: BenchConfig, out: Path, progress: bool = True) -> list[dict]:
+def run_bench(cfg: BenchConfig, out: Path, progress: bool = True, redo_busy: bool = False) -> list[dict]:
     """Run what is missing from `out`, append it, and return all records of this config's plan."""
-    return run_side_by_side([(cfg, out)], progress)[0]
+    return run_side_by_side([(cfg, out)], progress, redo_busy)[0]
 
 
-def run_side_by_side(benches: Sequence[tuple[BenchConfig, Path]], progress: bool = True) -> list[list[dict]]:
+def run_side_by_side(benches: Sequence[tuple[BenchConfig, Path]], progress: bool = True,
+                     redo_busy: bool = False) -> list[list[dict]]:
     """Several configs over the same plan (prompts, temperatures, methods), each with its own
     session and records file, interleaved job by job: e.g. two drafters of one target, whose runs
     then pair prompt by prompt under the same machine load. Per config as `run_bench`: what is
-    missing from its file is run and appended; returns each config's records of its plan."""
+    missing from its file is run and appended; returns each config's records of its plan.
+    `redo_busy`: first remove the records of runs that shared the CPU (taps.cpuload), so that
+    they run again."""
     from tqdm import tqdm
 
     plans = [plan(cfg) for cfg, _ in benches]
@@ -489,6 +492,12 @@ def run_side_by_side(benches: Sequence[tuple[BenchConfig, Path]], progress: bool
     if any(keys != job_keys[0] for keys in job_keys):
         raise ValueError("configs run side by side need the same prompts, temperatures, methods and budgets")
     stores = [RecordFile.open(out, file_settings(cfg), required=KEY_FIELDS) for cfg, out in benches]
+    if redo_busy:
+        for store in stores:
+            dropped = store.drop(lambda r: is_busy(r.get("others_cpu")))
+            if dropped:
+                print(f"bench: {dropped} records of {store.path} ran beside other processes; running them again",
+                      file=sys.stderr)
     done = [{record_key(r) for r in store.records} for store in stores]
     todo = [(i, j) for j, key in enumerate(job_keys[0]) for i in range(len(benches)) if key not in done[i]]
     if todo:
@@ -505,8 +514,8 @@ def run_side_by_side(benches: Sequence[tuple[BenchConfig, Path]], progress: bool
                 run = run_job(sessions[i], prompt, temperature, method, budget, cfg.max_new_tokens)
             if is_busy(load.share):
                 tqdm.write(f"bench: other processes used {load.share:.0%} of the CPU while {prompt.dataset}/"
-                           f"{prompt.id} {method} ran, so its time is not this method's: stop them, then delete "
-                           "the record and rerun (taps report counts such runs)", file=sys.stderr)
+                           f"{prompt.id} {method} ran, so its time is not this method's: stop them, then rerun with "
+                           "--redo-busy (taps report counts such runs)", file=sys.stderr)
             stores[i].append(bench_record(
                 dataset=prompt.dataset, prompt_id=prompt.id, category=prompt.category, method=method, budget=budget,
                 temperature=temperature, target=cfg.target, drafter=cfg.drafter_name if _speculative(method) else None,

@@ -119,7 +119,7 @@ def _bench(args) -> int:
         assistant=args.assistant, target_quant=args.target_quant, static_profile=args.static_profile,
     )
     out = Path(args.out)
-    records = run_bench(cfg, out, progress=True)
+    records = run_bench(cfg, out, progress=True, redo_busy=args.redo_busy)
     rows = summarize(records)
     print(format_table(rows))
     # the answer files cover every record in the file, not only this invocation's
@@ -316,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--assistant", default="qwen2.5-coder-0.5b",
                    help="the hf-assisted peer's assistant model (packaged name, folder or hub id; qwen2.5-coder-0.5b)")
     b.add_argument("--out", required=True, help="results JSONL; a rerun skips the records already there")
+    b.add_argument("--redo-busy", action="store_true",
+                   help="first remove the records of runs during which other processes used more than 10%% of the "
+                   "CPU (their others_cpu), so that they run again")
     b.set_defaults(func=_bench)
 
     _add_report(sub)

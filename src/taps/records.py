@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -163,6 +163,27 @@ class RecordFile:
             f.flush()
             os.fsync(f.fileno())
         return cls(path, settings, found.records)
+
+    def drop(self, unwanted: Callable[[dict], bool]) -> int:
+        """Remove the records `unwanted` picks from the file, durably, and return how many went.
+        The file is written anew beside itself and then renamed over it (atomic): a crash at any
+        point leaves the old file or the new one whole, never a mix."""
+        kept = [r for r in self.records if not unwanted(r)]
+        if len(kept) == len(self.records):
+            return 0
+        fresh = self.path.with_name(self.path.name + ".new")
+        with open(fresh, "wb") as f:
+            f.write(_header_line(self.settings) + b"".join((json.dumps(r) + "\n").encode() for r in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(fresh, self.path)
+        folder = os.open(self.path.parent, os.O_RDONLY)  # the rename itself made durable
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        dropped, self.records = len(self.records) - len(kept), kept
+        return dropped
 
     def append(self, record: dict) -> None:
         """Append one record durably."""

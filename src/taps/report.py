@@ -203,7 +203,8 @@ def load_lines(records: list[dict]) -> list[str]:
     busy = [s for s in shares if s > BUSY]
     if busy:
         lines += ["", f"**{len(busy)} of {len(shares)} runs shared the machine** (other processes used more than "
-                      f"{BUSY:.0%} of its CPU): their times are not their methods'. Rerun them on a quiet machine."]
+                      f"{BUSY:.0%} of its CPU): their times are not their methods'. On a quiet machine, "
+                      "`taps bench --redo-busy` runs them again."]
     return [*lines, ""]
 
 
