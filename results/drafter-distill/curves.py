@@ -25,6 +25,8 @@ QWEN = {
         HERE / "grown-mixed-masks-bfloat16-1000-train_log.jsonl",
     "on from the shipped one, + chat second turns, 800 steps (x: tokens after it)":
         HERE / "grown-mixed-masks-bfloat16-800-from-shipped-lr3e-4-train_log.jsonl",
+    "on from the shipped one, + chat and code second turns and T=1 answers, 1,600 steps (x: tokens after it)":
+        HERE / "grown-mixed-masks-bfloat16-1600-from-shipped-lr3e-4-train_log.jsonl",
 }
 SMOLLM2 = {
     "SmolLM2-135M, DFlash layout, random layers (stopped)": HERE / "smollm2-dflash-random-train_log.jsonl",
