@@ -99,6 +99,11 @@ def read_settings(path: str | os.PathLike) -> dict | None:
     return _contents(Path(path), ()).settings
 
 
+def _lines(records: Iterable[dict]) -> bytes:
+    """Records as the file holds them: one JSON object a line."""
+    return b"".join((json.dumps(r) + "\n").encode() for r in records)
+
+
 def _header_line(settings: dict) -> bytes:
     return (json.dumps({HEADER_KEY: settings}) + "\n").encode()
 
@@ -171,12 +176,15 @@ class RecordFile:
         kept = [r for r in self.records if not unwanted(r)]
         if len(kept) == len(self.records):
             return 0
-        fresh = self.path.with_name(self.path.name + ".new")
-        with open(fresh, "wb") as f:
-            f.write(_header_line(self.settings) + b"".join((json.dumps(r) + "\n").encode() for r in kept))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(fresh, self.path)
+        fresh = self.path.with_name(self.path.name + ".tmp")
+        try:
+            with open(fresh, "wb") as f:
+                f.write(_header_line(self.settings) + _lines(kept))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(fresh, self.path)
+        finally:
+            fresh.unlink(missing_ok=True)
         folder = os.open(self.path.parent, os.O_RDONLY)  # the rename itself made durable
         try:
             os.fsync(folder)
@@ -193,7 +201,7 @@ class RecordFile:
         """Append records, one line each, durably (one fsync for the batch)."""
         records = list(records)
         with open(self.path, "ab") as f:
-            f.write(b"".join((json.dumps(r) + "\n").encode() for r in records))
+            f.write(_lines(records))
             f.flush()
             os.fsync(f.fileno())
         self.records += records

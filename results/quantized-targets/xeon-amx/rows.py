@@ -18,9 +18,9 @@ import time
 import torch
 
 import taps
+from taps.assets import gguf_file
 from taps.bench import llama_cpp_build
 from taps.costmodel import cpu_name, random_tree
-from taps.assets import gguf_file
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
 CONTEXT, REPEATS = 256, 5
@@ -67,7 +67,7 @@ env = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__v
 with open(sys.argv[1], "w") as out:
     for n in ROWS:
         times = {}
-        for name, forward in engines.items():
+        for forward in engines.values():
             forward(n)  # a new shape's first call
         for _ in range(REPEATS):  # interleaved: both engines see the same machine
             for name, forward in engines.items():
