@@ -19,12 +19,18 @@ Resumable: a rerun runs what either file lacks; LIMIT=N takes the first N prompt
 files stay valid for a later rerun with more).
 BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the one it replaced
 (its folder as git held it), so that the comparison can still be run or finished.
+SWAP=1 makes the candidate's session first (default: the shipped drafter's). Why: of two sessions
+of one process, the one made second ran faster, the same code on the same weights: its plain
+decoding 1.04x [1.01-1.06] the first one's over 20 prompts, and drafts of two grown drafters of
+one architecture, timed alternately in one process, 6-8% faster in whichever was loaded second
+(session 40, 2-core Intel Xeon with AMX, a memory-starved host). A candidate made second gains
+that for nothing: run both orders into two folders and take the two files' ratios together.
 
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar,
 then the same ratio pooled over sets per method, over all drafting methods, and for ar (noise).
     [TARGET=smollm2-135m] [QUANT=none,int8] [TARGET_QUANT=w8a8] [PEERS=llama-cpp] [DTYPE=float32] [LIMIT=10] \
-      [DATASETS=humaneval,mt-bench] [TEMPERATURES=0,1] [BASELINE=FOLDER] \
+      [DATASETS=humaneval,mt-bench] [TEMPERATURES=0,1] [BASELINE=FOLDER] [SWAP=1] \
       .venv/bin/python results/drafter-distill/side-by-side.py CANDIDATE OUT_DIR
 """
 
@@ -61,7 +67,11 @@ base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32
                    target_quant=target_quant)
 cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(out / f"profile-{name}.json"))
         for name, drafter in drafters.items()]
-shipped, cand = run_side_by_side([(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)])
+# SWAP=1 makes (and runs) the candidate's session first: the session made second ran faster (below)
+order = [1, 0] if os.environ.get("SWAP") else [0, 1]
+benches = [(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)]
+runs = run_side_by_side([benches[i] for i in order])
+shipped, cand = runs[order.index(0)], runs[order.index(1)]
 
 
 def pairs_where(keep) -> list[tuple[dict, dict]]:

@@ -12,8 +12,9 @@
 # DTYPE: bfloat16 (default) where the CPU has native bf16 kernels, float32 elsewhere (README).
 # MAX_STEPS cuts the schedule to what one session's machine trains (README: a run's state does not
 # survive a change of machine); the run folder then names the dtype and the steps. FROM=N (with
-# MAX_STEPS above N) starts the run as a copy of the same variant's MAX_STEPS=N run and extends it:
-# the data order and optimizer go on from step N, the learning rate warms up and decays again.
+# MAX_STEPS above N) starts the run as a copy of the same variant's MAX_STEPS=N run (with INIT: of
+# the same INIT and LR) and extends it: the data order and optimizer go on from step N, the
+# learning rate warms up and decays again.
 # INIT: start from the weights of a grown drafter folder of the same settings, or of the shipped one
 # (--init-from), with a new schedule at peak learning rate LR (default 5e-4), on every answer file the
 # shipped drafter never saw too: the chat and code second turns and the answers sampled at T=1
@@ -36,17 +37,20 @@ case "$VARIANT" in
     *) echo "train-grown-mixed.sh: unknown variant '$VARIANT' (give none, l12 or masks)" >&2; exit 2 ;;
 esac
 DTYPE=${DTYPE:-bfloat16}
-NAME=grown-mixed${VARIANT:+-$VARIANT}${MAX_STEPS:+-$DTYPE-$MAX_STEPS}
+name() {  # the run's name for a schedule of $1 steps (none: the whole epoch)
+    echo "grown-mixed${VARIANT:+-$VARIANT}${1:+-$DTYPE-$1}${INIT:+-from-$(basename "$INIT")${LR:+-lr$LR}}"
+}
+NAME=$(name "${MAX_STEPS:-}")
 DATA=($D/distill-vllm-bf16.jsonl $D/distill-vllm-chat-bf16.jsonl)
 if [ -n "${INIT:-}" ]; then
-    [ -z "${FROM:-}" ] || { echo "train-grown-mixed.sh: give FROM or INIT, not both" >&2; exit 2; }
-    NAME=$NAME-from-$(basename "$INIT")${LR:+-lr$LR}
     DATA+=($D/distill-vllm-chat-followup-bf16.jsonl $D/distill-vllm-followup-bf16.jsonl $D/distill-vllm-t1-bf16.jsonl)
-    EXTRA+=(--init-from "$INIT")
+    EXTRA+=(--init-from "$INIT")  # read only when the run folder holds no state.pt yet
 fi
-RUN=${TAPS_HOME:-$HOME/.cache/taps}/runs/train-qwen-$NAME
+RUNS=${TAPS_HOME:-$HOME/.cache/taps}/runs
+RUN=$RUNS/train-qwen-$NAME
 if [ -n "${FROM:-}" ] && [ ! -d "$RUN" ]; then
-    cp -r "${RUN%-$MAX_STEPS}-$FROM" "$RUN"
+    [ -n "${MAX_STEPS:-}" ] || { echo "train-grown-mixed.sh: FROM needs MAX_STEPS above it" >&2; exit 2; }
+    cp -r "$RUNS/train-qwen-$(name "$FROM")" "$RUN"
 fi
 .venv/bin/taps train-drafter --target qwen2.5-coder-1.5b --kind grown --base qwen2.5-coder-0.5b \
     --data "${DATA[@]}" --out "$RUN" \
