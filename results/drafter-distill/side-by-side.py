@@ -19,12 +19,14 @@ Resumable: a rerun runs what either file lacks; LIMIT=N takes the first N prompt
 files stay valid for a later rerun with more).
 BASELINE=FOLDER stands in for the shipped drafter: once a candidate ships, the one it replaced
 (its folder as git held it), so that the comparison can still be run or finished.
-SWAP=1 makes the candidate's session first (default: the shipped drafter's). Why: of two sessions
-of one process, the one made second ran faster, the same code on the same weights: its plain
-decoding 1.04x [1.01-1.06] the first one's over 20 prompts, and drafts of two grown drafters of
-one architecture, timed alternately in one process, 6-8% faster in whichever was loaded second
-(session 40, 2-core Intel Xeon with AMX, a memory-starved host). A candidate made second gains
-that for nothing: run both orders into two folders and take the two files' ratios together.
+SWAP=1 makes the candidate's session first (default: the shipped drafter's). Why: drafts ran
+faster in whichever session the process made second, the same architecture on the same host:
+per round 168-183 ms (the shipped drafter's, made first) against 113-123 on HumanEval, then 108-111
+(the candidate's, made first) against 98 with the order swapped; timed alternately in one process,
+6-8% (session 40, 2-core Intel Xeon with AMX, a memory-starved host). A candidate made second gains
+that for nothing: run both orders into two folders and take their pairs together (both-orders.py).
+Plain decoding, the same computation in both files, read 1.04-1.05x in the candidate's file in both
+orders: noise between the files that the order does not explain, the yardstick for the rest.
 
 Prints, per set and method, the candidate's tokens/s over the shipped drafter's on the same
 prompts (median of the paired ratios, 95% bootstrap interval), each one's tau and speedup over ar,
@@ -67,7 +69,7 @@ base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32
                    target_quant=target_quant)
 cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(out / f"profile-{name}.json"))
         for name, drafter in drafters.items()]
-# SWAP=1 makes (and runs) the candidate's session first: the session made second ran faster (below)
+# SWAP=1 makes (and runs) the candidate's session first: drafts ran faster in the session made second (above)
 order = [1, 0] if os.environ.get("SWAP") else [0, 1]
 benches = [(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)]
 runs = run_side_by_side([benches[i] for i in order])
