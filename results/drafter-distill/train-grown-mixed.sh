@@ -50,7 +50,9 @@ RUNS=${TAPS_HOME:-$HOME/.cache/taps}/runs
 RUN=$RUNS/train-qwen-$NAME
 if [ -n "${FROM:-}" ] && [ ! -d "$RUN" ]; then
     [ -n "${MAX_STEPS:-}" ] || { echo "train-grown-mixed.sh: FROM needs MAX_STEPS above it" >&2; exit 2; }
-    cp -r "$RUNS/train-qwen-$(name "$FROM")" "$RUN"
+    SOURCE=$RUNS/train-qwen-$(name "$FROM")
+    [ -d "$SOURCE" ] || { echo "train-grown-mixed.sh: no run $SOURCE to extend: run it with MAX_STEPS=$FROM first" >&2; exit 2; }
+    cp -r "$SOURCE" "$RUN"
 fi
 .venv/bin/taps train-drafter --target qwen2.5-coder-1.5b --kind grown --base qwen2.5-coder-0.5b \
     --data "${DATA[@]}" --out "$RUN" \
