@@ -5,24 +5,21 @@ Why: the session a process makes second ran faster (side-by-side.py, SWAP), so o
 ratios carry that order's bias; with each drafter second in one of the folders the bias enters
 the pooled pairs once each way. Prints, per method, the candidate's tokens/s over the shipped
 drafter's (median of the paired ratios of both folders, 95% bootstrap interval), each folder's
-own median, and tau (mean accepted tokens a round, both folders) of each drafter.
+own median, and each drafter's tau over both folders (taps.summary's: new tokens over rounds).
     .venv/bin/python results/drafter-distill/both-orders.py FOLDER FOLDER_SWAPPED
 """
 
-import statistics
 import sys
 from pathlib import Path
 
 from taps.records import read_records
-from taps.summary import median_speed_ratio, paired, ratio_text
-
-
-def runs(folder: str, name: str) -> list[dict]:
-    return [r for r in read_records(Path(folder) / f"{name}.jsonl") if "prompt_id" in r]
+from taps.summary import median_speed_ratio, paired, ratio_text, summarize
 
 
 def tau(records: list[dict]) -> float:
-    return statistics.mean(r["new_tokens"] / len(r["accepted_per_round"]) for r in records)
+    """taps.summary's tau (every new token over every round) of one method's records, pooled over sets."""
+    (row,) = summarize({**r, "dataset": "pooled"} for r in records)
+    return row["tau"]
 
 
 def of(records: list[dict], method: str, dataset: str) -> list[dict]:
@@ -30,8 +27,8 @@ def of(records: list[dict], method: str, dataset: str) -> list[dict]:
 
 
 folders = sys.argv[1:3]
-shipped = {f: runs(f, "shipped") for f in folders}
-cand = {f: runs(f, "candidate") for f in folders}
+shipped = {f: read_records(Path(f) / "shipped.jsonl") for f in folders}
+cand = {f: read_records(Path(f) / "candidate.jsonl") for f in folders}
 print(f"{'method':<8} {'set':<10} {'tau shipped':>11} {'tau cand.':>9}  {'each folder':>13}  "
       "candidate / shipped tokens/s, both")
 for method in dict.fromkeys(r["method"] for f in folders for r in cand[f]):
@@ -39,5 +36,5 @@ for method in dict.fromkeys(r["method"] for f in folders for r in cand[f]):
         pairs = {f: paired(of(cand[f], method, dataset), of(shipped[f], method, dataset)) for f in folders}
         both = [p for f in folders for p in pairs[f]]
         each = " ".join(f"{median_speed_ratio(pairs[f]):.3f}" for f in folders)
-        taus = (tau([b for _, b in both]), tau([r for r, _ in both])) if method != "ar" else (1.0, 1.0)
-        print(f"{method:<8} {dataset:<10} {taus[0]:>11.2f} {taus[1]:>9.2f}  {each:>13}  {ratio_text(both)}")
+        print(f"{method:<8} {dataset:<10} {tau([b for _, b in both]):>11.2f} {tau([r for r, _ in both]):>9.2f}  "
+              f"{each:>13}  {ratio_text(both)}")

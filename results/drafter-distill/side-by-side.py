@@ -69,11 +69,11 @@ base = BenchConfig(target=TARGET, methods=("ar", "chain:7", "ddtree:8", "taps:32
                    target_quant=target_quant)
 cfgs = [replace(base, drafter=drafter, drafter_quant=quants[name], profile=str(out / f"profile-{name}.json"))
         for name, drafter in drafters.items()]
-# SWAP=1 makes (and runs) the candidate's session first: drafts ran faster in the session made second (above)
-order = [1, 0] if os.environ.get("SWAP") else [0, 1]
 benches = [(cfg, out / f"{name}.jsonl") for cfg, name in zip(cfgs, drafters)]
-runs = run_side_by_side([benches[i] for i in order])
-shipped, cand = runs[order.index(0)], runs[order.index(1)]
+if os.environ.get("SWAP"):  # the candidate's session made (and run) first: drafts ran faster in the second (above)
+    cand, shipped = run_side_by_side(benches[::-1])
+else:
+    shipped, cand = run_side_by_side(benches)
 
 
 def pairs_where(keep) -> list[tuple[dict, dict]]:
