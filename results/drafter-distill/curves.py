@@ -27,6 +27,8 @@ QWEN = {
         HERE / "grown-mixed-masks-bfloat16-800-from-shipped-lr3e-4-train_log.jsonl",
     "on from the shipped one, + chat and code second turns and T=1 answers, 1,600 steps (x: tokens after it)":
         HERE / "grown-mixed-masks-bfloat16-1600-from-shipped-lr3e-4-train_log.jsonl",
+    "that run extended at step 1,600 to 3,200 (learning rate restarted; x: tokens after the shipped one)":
+        HERE / "grown-mixed-masks-bfloat16-3200-from-shipped-lr3e-4-train_log.jsonl",
 }
 SMOLLM2 = {
     "SmolLM2-135M, DFlash layout, random layers (stopped)": HERE / "smollm2-dflash-random-train_log.jsonl",
