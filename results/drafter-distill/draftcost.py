@@ -30,7 +30,8 @@ ANSWERS = "data/drafters/qwen2.5-coder-1.5b/distill-vllm-chat-bf16.jsonl"
 
 model, tokenizer = load_model("qwen2.5-coder-1.5b", dtype=torch.float32)
 target = Target(model, tokenizer)
-drafters = {folder: load_drafter(folder, target, quantize=os.environ.get("QUANT", "int8")) for folder in sys.argv[1:]}
+QUANT = os.environ.get("QUANT", "int8")
+drafters = {folder: load_drafter(folder, target, quantize=QUANT) for folder in sys.argv[1:]}
 ids = [i for r in read_records(ANSWERS) if "ids" in r for i in r["ids"]][: CONTEXT + 1]
 for drafter in drafters.values():
     drafter.start(ids[:1])
@@ -56,7 +57,7 @@ with profiler:
         for folder, drafter in drafters.items():
             times[folder].append(one_round(drafter))
 for folder, ms in times.items():
-    print(json.dumps({"drafter": folder, "quant": os.environ.get("QUANT", "int8"), "draft_ms_median": round(statistics.median(ms), 1),
+    print(json.dumps({"drafter": folder, "quant": QUANT, "draft_ms_median": round(statistics.median(ms), 1),
                       "draft_ms": [round(t, 1) for t in ms], "torch_threads": torch.get_num_threads()}))
 if isinstance(profiler, profile):
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
