@@ -149,15 +149,19 @@ class SharedInput:
         start = sum(self.sizes[:index])
         return slice(start, start + self.sizes[index])
 
+    def products(self, x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """Every member's product of `x` [..., K] in `dtype`: [..., N_i] each, views of one output."""
+        rows = x.reshape(-1, self.in_features).to(dtype)  # [R, K]
+        out = _w8a8_mm(rows, self.packed, self.scales32, self.zero_points)  # [R, sum N], made here
+        if self.bias is not None:
+            out.add_(self.bias)  # in place: the same sums as out + bias, one tensor fewer
+        return out.reshape(*x.shape[:-1], out.shape[-1]).split(self.sizes, -1)
+
     def output(self, x: torch.Tensor, index: int, dtype: torch.dtype) -> torch.Tensor:
         """Member `index`'s product of `x` [..., K] -> [..., N_index] (a view of the shared output)."""
         if x is not self.input or index in self.taken:
-            rows = x.reshape(-1, self.in_features).to(dtype)  # [R, K]
-            out = _w8a8_mm(rows, self.packed, self.scales32, self.zero_points)  # [R, sum N]
-            if self.bias is not None:
-                out = out + self.bias
             self.input, self.taken = x, set()
-            self.outputs = out.reshape(*x.shape[:-1], out.shape[-1]).split(self.sizes, -1)
+            self.outputs = self.products(x, dtype)
         self.taken.add(index)
         out = self.outputs[index]
         if len(self.taken) == len(self.sizes):  # every member has its own: hold nothing past the block

@@ -49,6 +49,7 @@ import torch
 from transformers import DynamicCache
 
 from taps.drafters.base import DrafterKind, KindTraining, TargetInfo, register
+from taps.drafters.decoder import Decoder, fits
 from taps.drafters.dflash_model import DRAFT_VOCAB_KEY
 from taps.drafters.objective import BlockLoss, draft_index, draft_vocabulary, slot_loss, slot_weights
 from taps.files import check_weights, read_json
@@ -347,12 +348,15 @@ class GrownDrafter:
         self.cfg = cfg
         self.block_len = cfg.block_size - 1
         self.vocab_size = target.vocab_size
-        self.cache = DynamicCache(config=model.config)
-        self.cached: list[int] = []  # committed tokens whose K/V are in self.cache
+        self.start(())
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        self.cached = []
+        # walked by taps.drafters.decoder where the base allows, else by transformers' forward;
+        # made anew each sequence, so it always walks the model's present layers (a drafter is
+        # quantized after it is built: taps.drafters.loading)
+        self.decoder = Decoder(self.model) if fits(self.model) else None
+        self.cache = self.decoder.new_cache() if self.decoder else DynamicCache(config=self.model.config)
+        self.cached: list[int] = []  # committed tokens whose K/V are in self.cache
 
     def fork(self) -> GrownDrafter:
         """A drafter on the same weights with a cache of its own, empty: one per sequence when
@@ -369,16 +373,8 @@ class GrownDrafter:
             self.start(ids)  # the context changed under us: rebuild the cache from scratch
         new = ids[len(self.cached):]
         n_masks = self.block_len - 1
-        tokens = torch.tensor([new + [self.cfg.mask_token_id] * n_masks], device=self.device)
-        start = len(self.cached)
-        self._mask_rows(n_masks)
-        logits = self.model(
-            input_ids=tokens,
-            position_ids=torch.arange(start, start + tokens.shape[1], device=self.device)[None],
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=self.block_len,  # the root's row and the masks'
-        ).logits[0].float()  # [L, rows]
+        # [L, rows]: the root's row and the masks'
+        logits = self._logits(new + [self.cfg.mask_token_id] * n_masks, len(self.cached), n_masks, self.block_len)
         if n_masks:
             self.cache.crop(-n_masks)  # a negative crop drops that many tokens: the masks are not context
         self.cached = ids
@@ -404,23 +400,27 @@ class GrownDrafter:
             if reach < min_reach:
                 break
             path.append(token)
-            pos = len(self.cached) + len(path) - 1
-            self._mask_rows(0)  # a path token is context: the base's own row
-            logits = self.model(
-                input_ids=torch.tensor([[token]], device=self.device),
-                position_ids=torch.tensor([[pos]], device=self.device),
-                past_key_values=self.cache,
-                use_cache=True,
-            ).logits[0].float()  # [1, rows]
+            # a path token is context: the base's own row
+            logits = self._logits([token], len(self.cached) + len(path) - 1, 0, 1)  # [1, rows]
             rows.append(self._probs(logits)[0])
         if path:
             self.cache.crop(-len(path))
         return torch.cat([torch.stack(rows), marginals[len(rows):]])  # [max(L, 1 + len(path)), vocab]
 
-    def _mask_rows(self, n: int) -> None:
-        """Activated adapters (`on_mask_rows`) act on the next forward's last `n` tokens."""
+    def _logits(self, tokens: list[int], start: int, n_masks: int, keep: int) -> torch.Tensor:
+        """Float32 logits [keep, rows] of the last `keep` of `tokens`, fed at positions from `start`
+        (the cache's length) into the cache; activated adapters act on the last `n_masks` rows."""
+        if self.decoder is not None:
+            return self.decoder(torch.tensor(tokens, device=self.device), self.cache, n_masks, keep).float()
         if self.cfg.adapt == "masks":
-            self.model.mask_rows.n = n
+            self.model.mask_rows.n = n_masks  # on_mask_rows' adapters read it
+        return self.model(
+            input_ids=torch.tensor([tokens], device=self.device),
+            position_ids=torch.arange(start, start + len(tokens), device=self.device)[None],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        ).logits[0].float()
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         """[n, rows] logits -> [n, vocab] probabilities; ids without a head row get 0."""
