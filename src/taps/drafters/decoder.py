@@ -43,6 +43,8 @@ def fits(model: nn.Module) -> bool:
         attn, mlp = layer.self_attn, layer.mlp
         if getattr(attn, "sliding_window", None) is not None or hasattr(attn, "q_norm"):
             return False
+        if not (hasattr(attn, "scaling") and hasattr(attn, "head_dim")):  # e.g. a remote-code variant of the family
+            return False
         if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")):
             return False
         linears = [getattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
