@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from taps.drafters.dflash_model import apply_rotary
+
 FAMILIES = ("llama", "qwen2")  # config.model_type values whose decoder layers this walks
 
 
@@ -93,9 +95,10 @@ class Group:
     def __init__(self, modules: list[nn.Module]):
         self.bases = [getattr(m, "base_layer", m) for m in modules]
         shared = getattr(self.bases[0], "shared", None)
+        members = [(getattr(b, "shared", None), getattr(b, "index", None)) for b in self.bases]
         # one w8a8 product for the group when its members are exactly one SharedInput's, in order
-        whole = shared is not None and [getattr(b, "shared", None) for b in self.bases] == [shared] * len(shared.sizes)
-        self.shared = shared if whole and [b.index for b in self.bases] == list(range(len(shared.sizes))) else None
+        whole = shared is not None and members == [(shared, i) for i in range(len(shared.sizes))]
+        self.shared = shared if whole else None
         adapted = [(i, m) for i, m in enumerate(modules) if hasattr(m, "a_t")]
         self.a = torch.cat([m.a_t for _, m in adapted], 1) if adapted else None  # [in, sum r]
         self.b = []  # (member, its columns of x A, B^T [r, out])
@@ -131,12 +134,6 @@ class Layer:
         self.scaling = attn.scaling
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [heads, T, d] by the Llama/Qwen half-split rotary convention; cos, sin [T, d]."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
-
-
 class Decoder:
     """The forward of a model `fits` accepts, over tokens after a KVCache's held positions."""
 
@@ -161,17 +158,17 @@ class Decoder:
         end = start + T
         cache.reserve(end)
         x = self.embed(tokens)  # [T, H]
-        cos, sin = self.rotary(x[None], torch.arange(start, end, device=x.device)[None])  # [1, T, d] each
-        cos, sin = cos[0], sin[0]
+        rope = self.rotary(x[None], torch.arange(start, end, device=x.device)[None])  # cos, sin [1, T, d]
         # each row sees the cache and the rows up to itself; one row sees everything
         mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start) if T > 1 else None  # [T, end]
         for i, layer in enumerate(self.layers):
             q, k, v = layer.qkv(layer.input_norm(x), n_adapted)  # [T, heads * d], [T, kv_heads * d] x 2
-            q = _rotate(q.view(T, self.heads, self.head_dim).transpose(0, 1), cos, sin)  # [heads, T, d]
-            cache.keys[i, :, start:end] = _rotate(k.view(T, self.kv_heads, self.head_dim).transpose(0, 1), cos, sin)
+            q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)  # [1, heads, T, d]
+            k = apply_rotary(k.view(1, T, self.kv_heads, self.head_dim).transpose(1, 2), *rope)  # [1, kv_heads, T, d]
+            cache.keys[i, :, start:end] = k[0]
             cache.values[i, :, start:end] = v.view(T, self.kv_heads, self.head_dim).transpose(0, 1)
             keys, values = cache.keys[None, i, :, :end], cache.values[None, i, :, :end]  # [1, kv_heads, end, d]
-            out = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, scale=layer.scaling,
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.scaling,
                                                  enable_gqa=True)  # [1, heads, T, d]
             x = x + layer.o(out[0].transpose(0, 1).reshape(T, -1), n_adapted)[0]
             gate, up = layer.gate_up(layer.post_norm(x), n_adapted)  # [T, I] each

@@ -350,11 +350,19 @@ class GrownDrafter:
         self.vocab_size = target.vocab_size
         self.start(())
 
+    @property
+    def model(self) -> PreTrainedModel:
+        return self._model
+
+    @model.setter
+    def model(self, model: PreTrainedModel) -> None:
+        # walked by taps.drafters.decoder where the base allows, else by transformers' forward; made
+        # anew whenever the model is set, so it walks the present layers (a drafter is quantized
+        # after it is built: taps.drafters.loading)
+        self._model = model
+        self.decoder = Decoder(model) if fits(model) else None
+
     def start(self, prompt_ids: Sequence[int]) -> None:
-        # walked by taps.drafters.decoder where the base allows, else by transformers' forward;
-        # made anew each sequence, so it always walks the model's present layers (a drafter is
-        # quantized after it is built: taps.drafters.loading)
-        self.decoder = Decoder(self.model) if fits(self.model) else None
         self.cache = self.decoder.new_cache() if self.decoder else DynamicCache(config=self.model.config)
         self.cached: list[int] = []  # committed tokens whose K/V are in self.cache
 
