@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 TAPS := $(VENV)/bin/taps
 PROMPT ?= Write a Python function that checks whether a number is prime.
 
-.PHONY: demo test test-slow clean-venv install-check install-vllm test-vllm
+.PHONY: demo test test-slow clean-venv install-check install-vllm test-vllm install-torchao
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ clean-venv:
 # then taps without constraints.txt: it must keep that release, pass `pip check` and decode exactly.
 install-check:
 	scripts/check_install.sh $(TRANSFORMERS)
+
+# Issue 25: torchao with its CPU kernels, built from source into .venv, for --target-quant w4a8
+# (docs/commands.md). TORCHAO= another source: a local checkout or a wheel built before.
+install-torchao: $(STAMP)
+	scripts/install_torchao.sh $(VENV) $(TORCHAO)
 
 # Issue 24: vLLM's CPU build in a venv of its own (.venv-vllm; it pins torch and transformers to its
 # releases), with taps installed editable beside it; then the tests of taps inside vLLM (docs/vllm.md).

@@ -14,14 +14,25 @@ from taps.drafters import TEST_DRAFTERS, load_drafter
 from taps.methods import every_method
 from taps.target import Target
 from taps.verify import SamplingConfig
-from taps.weightonly import WeightOnlyLinear, _int8_kernel_is_exact, check_target_quant, quantize_weights, target_quant_of
+from taps.weightonly import (
+    WeightOnlyLinear,
+    _int8_kernel_is_exact,
+    _w4a8_kernel,
+    check_target_quant,
+    quantize_weights,
+    target_quant_of,
+)
 from tiny import tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 # w8a8 runs only where the int8 kernel sums exactly (VNNI or AMX); elsewhere taps refuses it (tested below)
 needs_w8a8 = pytest.mark.skipif(not _int8_kernel_is_exact(), reason="this CPU's int8 kernel saturates: w8a8 is refused")
-SCHEMES = ["int8", "int4", pytest.param("w8a8", marks=needs_w8a8)]
-RUNNABLE = ["int8", "int4"] + ["w8a8"] * _int8_kernel_is_exact()
+# w4a8 needs AMX and torchao built with its CPU kernels (`make install-torchao`); elsewhere refused (below)
+W4A8 = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)() and _w4a8_kernel()
+needs_w4a8 = pytest.mark.skipif(not W4A8, reason="w4a8 needs AMX and torchao's CPU kernels (make install-torchao)")
+SCHEMES = ["int8", "int4", pytest.param("w8a8", marks=needs_w8a8), pytest.param("w4a8", marks=needs_w4a8)]
+RUNNABLE = ["int8", "int4"] + ["w8a8"] * _int8_kernel_is_exact() + ["w4a8"] * W4A8
+ROUNDED = [pytest.param("w8a8", marks=needs_w8a8), pytest.param("w4a8", marks=needs_w4a8)]  # activations rounded too
 
 
 def quantized(scheme, family="llama", **kw):
@@ -44,7 +55,7 @@ def test_a_row_is_the_same_alone_or_in_a_tree_and_close_to_the_float_layer(schem
     torch.testing.assert_close(layer(x).float(), (x.float() @ layer.weight.float().T + linear.bias.float()),
                                rtol=0.02, atol=0.05)
     error = (layer.weight.float() - linear.weight.float()).abs().max() / linear.weight.float().abs().max()
-    assert error < {"int8": 0.02, "int4": 0.1, "w8a8": 0.02}[scheme]  # bfloat16 rounding adds ~0.4% to int8
+    assert error < {"int8": 0.02, "int4": 0.1, "w8a8": 0.02, "w4a8": 0.1}[scheme]  # bfloat16 rounding adds ~0.4% to int8
 
 
 def hf_greedy(model, n):
@@ -97,29 +108,30 @@ def bfloat16_trees_leave_greedy(scheme, rowwise):
 @needs_w8a8
 def test_the_negative_control_w8a8_with_batched_attention_leaves_its_greedy():
     """Without taps.rowwise, w8a8's activation rounding turns SDPA's many-row last bits into other
-    tokens (the tiny model's int8 and int4 happen to survive it; SmolLM2's w8a8 does not either)."""
+    tokens (the tiny model's int8, int4 and w4a8 happen to survive it; SmolLM2's w8a8 does not either)."""
     assert bfloat16_trees_leave_greedy("w8a8", rowwise=False) != []
 
 
 def test_the_negative_control_a_float_target_decodes_otherwise(model):
     """The identity above is not vacuous: the same model in float differs from each quantized self
     somewhere in 40 tokens (else the quantization would not have been tested at all); w8a8 rounds
-    the activations of int8's weights, so its logits differ from int8's too."""
+    the activations of int8's weights, so its logits differ from int8's too, and w4a8's from int4's."""
     float_output = hf_greedy(tiny_model("llama"), 40)
     assert all(hf_greedy(quantized(scheme), 40) != float_output for scheme in RUNNABLE)
-    if "w8a8" not in RUNNABLE:
-        return
-    with torch.inference_mode():
-        logits = [quantized(scheme)(torch.tensor([PROMPT])).logits for scheme in ("int8", "w8a8")]
-    assert not torch.equal(*logits)
+    for pair in [("int8", "w8a8"), ("int4", "w4a8")]:
+        if pair[1] in RUNNABLE:
+            with torch.inference_mode():
+                logits = [quantized(scheme)(torch.tensor([PROMPT])).logits for scheme in pair]
+            assert not torch.equal(*logits)
 
 
 @pytest.mark.slow  # 1,000 generations
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
 @pytest.mark.parametrize("method", ["ddtree", "taps"])
-@pytest.mark.parametrize("scheme", ["int8", pytest.param("w8a8", marks=needs_w8a8)])  # int4 packs outputs in 16s: no 8-token head
+@pytest.mark.parametrize("scheme", ["int8", *ROUNDED])
 def test_sampling_follows_the_quantized_models_own_law(method, scheme):
-    vocab, prompt = 8, [1, 4, 2]
+    # int4 packs outputs in 16s, w4a8 in 32s: no 8-token head; 32 tokens' pairs, the rare ones pooled
+    vocab, prompt = 32 if scheme == "w4a8" else 8, [1, 4, 2]
     model = quantized(scheme, vocab=vocab, seed=3)
     sampling = SamplingConfig(1.0)
     with torch.inference_mode():
@@ -136,11 +148,11 @@ def test_sampling_follows_the_quantized_models_own_law(method, scheme):
     assert chi_square_pvalue(samples, law) > 1e-3
 
 
-@needs_w8a8
+@pytest.mark.parametrize("scheme", ROUNDED)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("family", ["llama", "qwen2"])  # Qwen2's q, k, v have biases
-def test_shared_products_give_every_layer_its_own_bits(family, dtype, monkeypatch):
-    """w8a8's shared products (q, k, v in one, gate and up in one: SharedInput) change no bit: the
+def test_shared_products_give_every_layer_its_own_bits(family, dtype, scheme, monkeypatch):
+    """w8a8's and w4a8's shared products (q, k, v in one, gate and up in one: SharedInput) change no bit: the
     logits of a prompt and of every tree row, and each layer's output in any call order, equal
     the model quantized layer by layer."""
     model = tiny_model(family).to(dtype)
@@ -148,9 +160,9 @@ def test_shared_products_give_every_layer_its_own_bits(family, dtype, monkeypatc
         for m in model.modules():
             if isinstance(m, torch.nn.Linear) and m.bias is not None:
                 m.bias.normal_(0, 0.5)
-    shared = quantize_weights(copy.deepcopy(model), "w8a8")
+    shared = quantize_weights(copy.deepcopy(model), scheme)
     monkeypatch.setattr("taps.weightonly.SHARED_INPUTS", ())
-    alone = quantize_weights(copy.deepcopy(model), "w8a8")
+    alone = quantize_weights(copy.deepcopy(model), scheme)
     members = [m for m in shared.modules() if isinstance(m, WeightOnlyLinear) and m.shared is not None]
     assert len(members) == 5 * 3 and not any(m.shared is not None for m in alone.modules()
                                              if isinstance(m, WeightOnlyLinear))
@@ -207,6 +219,25 @@ def test_w8a8_is_refused_where_the_int8_kernel_is_not_exact(monkeypatch):
     monkeypatch.setattr("taps.weightonly._int8_kernel_is_exact", lambda: False)  # as on a CPU without VNNI
     with pytest.raises(ValueError, match="int8 kernel saturates .* use --target-quant int8"):
         quantize_weights(tiny_model("llama"), "w8a8")
+
+
+def test_w4a8_is_refused_without_amx_or_without_torchaos_kernels(monkeypatch):
+    model = tiny_model("llama")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)  # an AVX2 or AVX-512 CPU
+    with pytest.raises(ValueError, match=r"w4a8 .* fast only with AMX .* use --drafter-quant w8a8 or int8"):
+        quantize_weights(model, "w4a8", option="--drafter-quant")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setattr("taps.weightonly._w4a8_kernel", lambda: False)  # torchao from PyPI: no CPU kernels
+    with pytest.raises(ValueError, match=r"w4a8 needs torchao built with its CPU kernels.*make install-torchao"):
+        quantize_weights(model, "w4a8")
+    assert target_quant_of(model) == "none"  # untouched
+
+
+@needs_w4a8
+def test_w4a8_refuses_a_model_whose_layers_do_not_fit_its_kernel():
+    with pytest.raises(ValueError, match=r"w4a8 needs layers with inputs a multiple of 32 and outputs a multiple of "
+                                         r"32; .*\(64, 8\).*use --target-quant w8a8"):
+        quantize_weights(tiny_model("llama", vocab=8), "w4a8")
 
 
 @pytest.mark.slow  # SmolLM2 quantized twice, four methods each

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -414,6 +415,8 @@ def environment(cfg: BenchConfig) -> dict:
         "seed": cfg.seed,
         "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
         **({"llama_cpp": llama_cpp_build()} if cfg.llama_peers else {}),
+        # w4a8's kernel is torchao's, built from source (taps.weightonly.W4A8Product)
+        **({"torchao": version("torchao")} if "w4a8" in (cfg.target_quant, cfg.drafter_quant) else {}),
     }
 
 

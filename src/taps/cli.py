@@ -174,12 +174,13 @@ def _add_load_options(p, drafter_help: str) -> None:
     p.add_argument("--scorer", default=None,
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
-                          "any target dtype; CPU only), int4 or w8a8 (--target-quant's kernels): faster drafts, the "
+                          "any target dtype; CPU only), int4, w8a8 or w4a8 (--target-quant's kernels): faster drafts, the "
                           "same output; auto: int8 for grown and sibling drafters on the CPU (w8a8 where it has "
                           "AMX), none otherwise (auto)")
     p.add_argument("--target-quant", choices=list(TARGET_QUANT), default="none",
                    help="the target's weights in int8 or int4, or w8a8 (int8 weights and per-row int8 activations: "
-                        "cheap tree rows) on PyTorch's CPU kernels; CPU only: faster rounds; the output is that "
+                        "cheap tree rows) on PyTorch's CPU kernels, or w4a8 (int4 weights, per-row int8 activations; "
+                        "torchao's kernel: AMX and make install-torchao); CPU only: faster rounds; the output is that "
                         "quantized model's own (none)")
     p.add_argument("--rollout-steps", type=bounded(int, 0, MAX_BUDGET), default=64,
                    help="methods with +rollout: most greedy drafter steps after the block pass, at most budget - 1 (64)")

@@ -80,9 +80,9 @@ def load(
         plain marginals, None for the drafter's own (taps only).
     drafter_quant: "int8" runs a trained drafter's linear layers in int8 (CPU only); "auto" does where
         that pays (taps.quantize.auto_scheme: grown and sibling drafters on the CPU), "none" never.
-    target_quant: "int8" or "int4" keeps the target's weights in that precision (taps.weightonly, CPU
-        only; a model passed in is quantized in place); lossless then means equal to that quantized
-        model's own output.
+    target_quant: "int8" or "int4" keeps the target's weights in that precision, "w8a8" / "w4a8" also
+        rounds each activation row to int8 (taps.weightonly, CPU only; a model passed in is quantized
+        in place); lossless then means equal to that quantized model's own output.
     linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
         else onednn-packed for bfloat16 and onednn for float32 where available). flush_denormal:
         flush denormal floats to zero, process-wide (8x faster float32 decoding on x86 here; pass

@@ -31,8 +31,9 @@ import warnings
 import torch
 from torch import nn
 
-# --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4; int8 x int8
-SCHEMES = ("auto", "none", "int8", "int4", "w8a8")
+# --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4; int8 x int8;
+# int4 x int8
+SCHEMES = ("auto", "none", "int8", "int4", "w8a8", "w4a8")
 
 
 def auto_scheme(kind_default: str, device: torch.device | str) -> str:
@@ -74,7 +75,7 @@ def load_dtype(scheme: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype to load a drafter or assistant in, before `quantize_linears(model, scheme)`, beside a
     target in `dtype`: int8 kernels read float32 weights, so an int8 drafter loads in float32 whatever
     the target's dtype (it only proposes tokens; the target verifies every one in its own)."""
-    return torch.float32 if check_scheme(scheme) in ("int8", "w8a8") else dtype
+    return torch.float32 if check_scheme(scheme) in ("int8", "w8a8", "w4a8") else dtype
 
 
 def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
@@ -85,7 +86,7 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     PyTorch build with the x86/fbgemm engine."""
     if check_scheme(scheme) == "none":
         return model
-    if scheme in ("int4", "w8a8"):
+    if scheme in ("int4", "w8a8", "w4a8"):
         from taps.weightonly import quantize_weights
 
         # a drafter only proposes: its rows need not be exact

@@ -1,5 +1,5 @@
 """A quantized target: its linear layers' weights in int8 or int4, multiplied by PyTorch's own CPU
-kernels (`--target-quant`, docs/method.md section 12).
+kernels, or torchao's for w4a8 (`--target-quant`, docs/method.md section 12).
 
 Why: on a CPU a target forward over one token or a small tree is bound by reading the weights,
 so the bytes per weight set the price of every round. int8 halves bfloat16's bytes, int4 quarters
@@ -20,12 +20,7 @@ Kernels: `torch._weight_int8pack_mm` (int8 weight [N, K], a scale per row N) and
 scales and zero points [K / group, N, 2]); both take float32 or bfloat16 activations, multiply
 without materialising a dequantized weight, and give each row the same result alone or batched
 (tests/test_weightonly.py checks it). torchao's CPU int4 weight-only layout calls the same int4
-kernel; taking the aten ops directly adds no dependency. torchao's own CPU kernels (int8
-dynamic activations x int4 weights, whose AMX/VNNI path would make a tree's rows cheaper) are
-not in its PyPI wheel: torchao 0.18.0 from PyPI beside torch 2.13 registers no CPU op at all
-(checked 2026-12-02; they come with the CPU wheel of download.pytorch.org). With per-token
-activation scales a tree's rows stay independent, so that kernel remains the candidate for
-cheaper tree rows where that wheel can be installed. Measured costs are in
+kernel; taking the aten ops directly adds no dependency. Measured costs are in
 results/quantized-targets/.
 
 "w8a8" is not weight-only: the weights as int8's, and each activation row quantized to int8 on
@@ -50,34 +45,65 @@ calls cost 47 ms for one row and 47 ms for eight prepacked, against 32 and 83 ms
 Rows stay independent: a row's scale is its own, and int8 products summed in int32 are exact, so
 a row's result is the same bits alone or batched whatever the kernel's order. Its activations are
 rounded too, so w8a8 is another model again; lossless is against it, as for int8 and int4.
+
+"w4a8" rounds the activation rows as w8a8 does and multiplies them by int4 weights on torchao's
+CPU kernel (`W4A8Product`): half of w8a8's bytes a token, tree rows on AMX tiles. torchao's x86
+wheels (PyPI, download.pytorch.org) leave its C++ CPU kernels out: torchao 0.18.0 from PyPI
+registers no CPU op (checked 2026-12-02), so `make install-torchao` builds it from source with
+them (session 44).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
 from torch import nn
 
-SCHEMES = ("none", "int8", "int4", "w8a8")  # --target-quant values
+SCHEMES = ("none", "int8", "int4", "w8a8", "w4a8")  # --target-quant values
 GROUP_SIZE = 32  # int4: input features per scale and zero point (GGUF's Q4_K uses sub-blocks of 32 too)
 INT4_OUTPUT_TILE = 16  # int4: output features must come in multiples of this (torch's packing)
 _INT4_LEVELS = 15  # codes 0..15; the kernel reads code c as (c - 8) * scale + zero
+W4A8_GROUPS = (128, 64, 32)  # w4a8: inputs per scale and zero point, the first that divides a layer's (W4A8Product)
+W4A8_OUTPUT_TILE = 32  # w4a8: output features must come in multiples of this (torchao's packing)
 
 
-def _w8a8_mm(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor) -> torch.Tensor:
-    """rows [R, K] times the int8 weight packed by `onednn.qlinear_prepack` (scales [N], float32)
-    with each row quantized to int8 on the fly by its own scale (max |x| / 127), so a row's result
-    depends on that row alone; oneDNN sums the int8 products in int32, exactly (|sum| <= K * 255 *
-    127 < 2^31 for K < 66,000), so no kernel's order of summation can change a bit
-    (`check_target_quant` probes the kernel for it). The rows go in as uint8 with zero point 128,
-    oneDNN's u8 x s8 layout: the same integers, shifted."""
+def _round_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of `rows` [R, K] rounded to int8 by its own symmetric scale (max |x| / 127): the
+    codes [R, K] (float32 integers in -127..127) and the scales [R, 1] float32. A row's codes
+    depend on that row alone, so a tree's rows round as plain decoding's do."""
     x = rows.float()  # rows itself when float32: never written to
     x_scale = x.abs().amax(1, keepdim=True).clamp_(min=1e-12) / 127  # [R, 1]
     # in place after the division: 149 -> 108 us for [32, 8960] (2-core Intel Xeon with AMX)
-    xq = (x / x_scale).round_().add_(128).to(torch.uint8)  # [R, K], codes 1..255
-    out = _qlinear(xq, packed, scales, zero_points)  # [R, N] float32: each int32 sum times its channel's scale
-    return out.mul_(x_scale).to(rows.dtype)
+    return (x / x_scale).round_(), x_scale
+
+
+def _int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 weight [N, K] -> int8 codes [N, K] and one symmetric scale per row [N] (max |w| / 127)."""
+    scale = weight.abs().amax(1).clamp(min=1e-12) / 127  # [N]
+    return (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8), scale
+
+
+class W8A8Product:
+    """rows [R, K] times an int8 weight packed once by `onednn.qlinear_prepack`, each row
+    quantized to int8 on the fly by its own scale (`_round_rows`), so a row's result depends on
+    that row alone; oneDNN sums the int8 products in int32, exactly (|sum| <= K * 255 * 127 < 2^31
+    for K < 66,000), so no kernel's order of summation can change a bit (`check_target_quant`
+    probes the kernel for it). The rows go in as uint8 with zero point 128, oneDNN's u8 x s8
+    layout: the same integers, shifted."""
+
+    def __init__(self, weight: torch.Tensor):
+        qweight, scale = _int8_rows(weight.float())  # [N, K], [N]
+        self.packed = torch.ops.onednn.qlinear_prepack(qweight, None)  # opaque: see WeightOnlyLinear
+        self.scales = scale  # [N] float32, the kernel's
+        self.zero_points = torch.zeros(scale.shape, dtype=torch.long)  # made once, not per call
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        codes, x_scale = _round_rows(rows)
+        xq = codes.add_(128).to(torch.uint8)  # [R, K], codes 1..255
+        out = _qlinear(xq, self.packed, self.scales, self.zero_points)  # [R, N] float32: each int32 sum times its scale
+        return out.mul_(x_scale).to(rows.dtype)
 
 
 def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor) -> torch.Tensor:
@@ -88,10 +114,62 @@ def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_
                                               torch.float32, "none", [], "")
 
 
-def _int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 weight [N, K] -> int8 codes [N, K] and one symmetric scale per row [N] (max |w| / 127)."""
-    scale = weight.abs().amax(1).clamp(min=1e-12) / 127  # [N]
-    return (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8), scale
+class W4A8Product:
+    """rows [R, K] times an int4 weight (one scale and int8 zero point per `group` input features
+    and output channel: w = (code - zero) * scale, codes 0..15, zero kept in range so that 0 is
+    exact), each row rounded to int8 by its own scale as for w8a8, multiplied by torchao's CPU
+    kernel `da8w4_linear_cpu` on weights packed once by `da8w4_linear_prepack_cpu`.
+
+    Rows stay independent, bit for bit: per block of at most 128 inputs the kernel sums int8 x
+    (code - zero) products in int32 (exact), then takes that sum to float32 times the row's scale
+    times the channel's scale and adds it to the row's float32 total, blocks in input order; one
+    row or 4 (AVX-512 VNNI micro-kernel) or more (AMX: the block's codes widened to int8 once,
+    then one tile product) run those same float operations in the same order
+    (tests/test_weightonly.py checks 1 to 64 rows).
+
+    Why: reading the weight is a token's price on a CPU, and int4 reads half of int8's bytes,
+    while the AMX int8 tile product keeps a tree's rows nearly free, which PyTorch's own int4
+    kernel (`int4`) does not: it dequantizes per block of rows. One layer, weights out of cache,
+    2 threads of a 2-core Intel Xeon with AMX, ms by rows (scratch, session 44):
+
+        rows                         1     4     8    32    64
+        8960x1536 w8a8            0.91  0.93  0.98  1.35  1.67
+        8960x1536 w4a8, g 128     0.52  0.70  0.81  1.10  1.49
+        8960x1536 w4a8, g 32      0.55  0.64  1.17  1.71  2.76
+        1536x8960 w8a8            0.97  0.96  1.02  2.44  3.37
+        1536x8960 w4a8, g 128     0.50  0.66  0.94  1.39  1.95
+
+    Groups of 128 inputs (GPTQ's and AWQ's usual size) are the fastest from 5 rows on: the
+    kernel's AMX block is the group up to 128. A layer whose inputs are no multiple of 128 takes
+    the largest of `W4A8_GROUPS` that divides them.
+
+    The kernel comes with torchao built with its CPU kernels (`USE_CPU_KERNELS=1`: torchao's
+    x86 wheels on PyPI and download.pytorch.org leave them out; docs/quantized.md says how), and
+    is fast only with AMX (without it the kernel falls back to a scalar loop): `check_target_quant`
+    refuses it elsewhere."""
+
+    def __init__(self, weight: torch.Tensor):
+        n, k = weight.shape
+        self.group = next(g for g in W4A8_GROUPS if k % g == 0)
+        groups = weight.detach().float().reshape(n, k // self.group, self.group)  # [N, K/g, g]
+        low, high = groups.amin(-1).clamp(max=0), groups.amax(-1).clamp(min=0)  # [N, K/g], 0 inside
+        scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
+        zero = (-low / scale).round().clamp(0, _INT4_LEVELS)  # [N, K/g]
+        codes = (groups / scale[..., None] + zero[..., None]).round().clamp(0, _INT4_LEVELS)  # [N, K/g, g]
+        self.packed = torch.ops.torchao.da8w4_linear_prepack_cpu(
+            codes.reshape(n, k).to(torch.uint8), scale, zero.to(torch.int8))  # weight, scales, zeros, compensation
+        self.scales = scale  # [N, K/g] float32
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        codes, x_scale = _round_rows(rows)
+        xq = codes.to(torch.int8)  # [R, K]: int8 input means symmetric to the kernel (no zero point)
+        no_zero = torch.zeros(xq.shape[0], dtype=torch.int32)  # [R]: unread, but its shape is checked
+        weight, scales, zeros, compensation = self.packed
+        return torch.ops.torchao.da8w4_linear_cpu(xq, x_scale.reshape(-1), no_zero, weight, scales, zeros,
+                                                  compensation, None, rows.dtype)  # [R, N]
+
+
+PRODUCTS = {"w8a8": W8A8Product, "w4a8": W4A8Product}  # schemes whose activations are rounded too
 
 
 # Linear layers that read one input, named as Llama-family blocks name them (the attention's
@@ -100,8 +178,8 @@ SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 class SharedInput:
-    """One w8a8 product for linear layers that read the same input (SHARED_INPUTS): their int8
-    weights stacked and packed once, the input rounded to int8 once, one oneDNN call. Its members
+    """One w8a8 or w4a8 product for linear layers that read the same input (SHARED_INPUTS): their
+    weights stacked and packed once, the input rounded to int8 once, one kernel call. Its members
     are WeightOnlyLinear layers in place of the originals. The first member called computes every
     member's output; a member then called with that same tensor takes its own slice, and one
     called with another tensor, or a second time with it, computes anew. So each call returns the
@@ -109,7 +187,7 @@ class SharedInput:
     calls of one block (a block that projects one hidden state three times does not); a block
     that gave its members different tensors would pay a whole shared product per call, correctly.
 
-    Bits: each output channel is its own layer's int32 sum (exact) times its own scale, and the
+    Bits: each output channel is its own layer's int32 sums (exact) times its own scales, and the
     input's codes are the same whichever layer rounds them; biases are added per channel as
     before. So every member's output equals its own layer's, bit for bit, and lossless keeps its
     meaning (tests/test_weightonly.py checks a fused model against the unfused one).
@@ -124,12 +202,10 @@ class SharedInput:
         shared     96.9  119.0  139.2  193.2
     """
 
-    def __init__(self, linears: list[nn.Linear]):
-        qweight, scale = _int8_rows(torch.cat([linear.weight.detach().float() for linear in linears]))  # [N, K], [N]
+    def __init__(self, linears: list[nn.Linear], scheme: str = "w8a8"):
+        self.scheme = scheme
+        self.product = PRODUCTS[scheme](torch.cat([linear.weight.detach() for linear in linears]))  # [sum N, K]
         self.in_features = linears[0].in_features
-        self.packed = torch.ops.onednn.qlinear_prepack(qweight, None)  # opaque: see WeightOnlyLinear
-        self.scales32 = scale  # [N] float32, the kernel's
-        self.zero_points = torch.zeros(scale.shape, dtype=torch.long)
         biases = [linear.bias for linear in linears]
         self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])  # [N], the model's dtype
         self.sizes = [linear.out_features for linear in linears]
@@ -152,7 +228,7 @@ class SharedInput:
     def products(self, x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         """Every member's product of `x` [..., K] in `dtype`: [..., N_i] each, views of one output."""
         rows = x.reshape(-1, self.in_features).to(dtype)  # [R, K]
-        out = _w8a8_mm(rows, self.packed, self.scales32, self.zero_points)  # [R, sum N], made here
+        out = self.product(rows)  # [R, sum N], made here
         if self.bias is not None:
             out.add_(self.bias)  # in place: the same sums as out + bias, one tensor fewer
         return out.reshape(*x.shape[:-1], out.shape[-1]).split(self.sizes, -1)
@@ -183,20 +259,21 @@ class WeightOnlyLinear(nn.Module):
         if linear.bias is not None and shared is None:  # a shared product adds its members' biases itself
             self.bias = nn.Parameter(linear.bias.detach(), requires_grad=False)
         if shared is not None:  # a member of a shared product: its weights are in `shared`
-            if scheme != "w8a8":
-                raise ValueError(f"a shared product is w8a8's; {scheme} layers compute alone")
+            if scheme != shared.scheme:
+                raise ValueError(f"a shared product is {shared.scheme}'s; {scheme} layers compute alone")
             self.shared, self.index = shared, index
-            self.register_buffer("scales", shared.scales32[shared.rows(index)].to(dtype))  # [N]: its dtype, its scales
-        elif scheme in ("int8", "w8a8"):
+            self.group_size = getattr(shared.product, "group", group_size)
+            # its own scales, in its dtype: [N] (w8a8) or [N, K / group] (w4a8)
+            self.register_buffer("scales", shared.product.scales[shared.rows(index)].to(dtype))
+        elif scheme in PRODUCTS:  # packed once in the kernel's layout (opaque tensors, so not buffers:
+            # a quantized target is not copied or saved)
+            self.product = PRODUCTS[scheme](linear.weight.detach())
+            self.group_size = getattr(self.product, "group", group_size)
+            self.register_buffer("scales", self.product.scales.to(dtype))  # its dtype, its scales
+        elif scheme == "int8":
             qweight, scale = _int8_rows(linear.weight.detach().float())  # [N, K], [N]
             self.register_buffer("scales", scale.to(dtype))  # [N]
-            if scheme == "int8":
-                self.register_buffer("qweight", qweight)
-            else:  # packed once into oneDNN's blocked layout (an opaque tensor, so not a buffer:
-                # a quantized target is not copied or saved), its scales in float32 for the kernel
-                self.packed = torch.ops.onednn.qlinear_prepack(qweight, None)
-                self.register_buffer("scales32", scale)
-                self.register_buffer("zero_points", torch.zeros(scale.shape, dtype=torch.long))  # made once, not per call
+            self.register_buffer("qweight", qweight)
         elif scheme == "int4":
             n, k = linear.weight.shape
             groups = linear.weight.detach().float().reshape(n, k // group_size, group_size)  # [N, K/g, g]
@@ -208,7 +285,7 @@ class WeightOnlyLinear(nn.Module):
             zero = low + 8 * scale  # so that (c - 8) * scale + zero = low + c * scale
             self.register_buffer("scales", torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype))
         else:
-            raise ValueError(f"unknown weight scheme {scheme!r}; choose int8, int4 or w8a8")
+            raise ValueError(f"unknown weight scheme {scheme!r}; choose one of {', '.join(SCHEMES[1:])}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.shared is not None:
@@ -218,8 +295,8 @@ class WeightOnlyLinear(nn.Module):
             rows = rows.to(self.scales.dtype)
         if self.scheme == "int8":
             out = torch._weight_int8pack_mm(rows, self.qweight, self.scales)  # [R, N]
-        elif self.scheme == "w8a8":
-            out = _w8a8_mm(rows, self.packed, self.scales32, self.zero_points)  # [R, N]
+        elif self.scheme in PRODUCTS:
+            out = self.product(rows)  # [R, N]
         else:
             out = torch._weight_int4pack_mm_for_cpu(rows, self.qweight, self.group_size, self.scales)  # [R, N]
         out = out.reshape(*x.shape[:-1], self.out_features)
@@ -237,7 +314,7 @@ class WeightOnlyLinear(nn.Module):
         return (out if bias is None else out - bias).T.contiguous()
 
     def extra_repr(self) -> str:
-        group = f", group_size={self.group_size}" if self.scheme == "int4" else ""
+        group = f", group_size={self.group_size}" if self.scheme in ("int4", "w4a8") else ""
         shared = f", shared product {self.index + 1} of {len(self.shared.sizes)}" if self.shared is not None else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.scheme}{group}{shared}"
 
@@ -256,7 +333,30 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None, op
     if scheme == "w8a8" and not _int8_kernel_is_exact():
         raise ValueError(f"{option} w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
                          f"saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use {option} int8")
+    if scheme == "w4a8":
+        if not getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+            raise ValueError(f"{option} w4a8 runs torchao's int4 x int8 kernel, fast only with AMX (Intel Xeon "
+                             f"4th generation or later), which this CPU lacks: use {option} w8a8 or int8")
+        if not _w4a8_kernel():
+            raise ValueError(f"{option} w4a8 needs torchao built with its CPU kernels, which its x86 wheels leave "
+                             f"out: `make install-torchao` (docs/commands.md) or use {option} w8a8")
     return scheme
+
+
+@functools.cache
+def _w4a8_kernel() -> bool:
+    """Whether torchao's `da8w4_linear_cpu` is here and gives each row the same bits alone or
+    batched (probed once: 1 row, 4 (its VNNI path) and 33 (its AMX path) against single rows)."""
+    try:
+        logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # torchao 0.19's import notice
+        import torchao  # noqa: F401  (loads the kernels)
+
+        product = W4A8Product(torch.randn(64, 256, generator=torch.Generator().manual_seed(0)))
+    except (ImportError, AttributeError, RuntimeError):  # no torchao, or one without its CPU kernels
+        return False
+    rows = torch.randn(33, 256, generator=torch.Generator().manual_seed(1))
+    alone = torch.cat([product(rows[i : i + 1]) for i in range(33)])  # [33, 64]
+    return all(torch.equal(product(rows[:n]), alone[:n]) for n in (4, 33))
 
 
 @functools.cache
@@ -301,7 +401,14 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
             raise ValueError(f"{option} int4 needs layers with inputs a multiple of {group_size} and outputs a "
                              f"multiple of {INT4_OUTPUT_TILE}; this model has (inputs, outputs) {odd}; use "
                              f"{option} int8")
-    shared = _shared_inputs(model) if scheme == "w8a8" else {}
+    if scheme == "w4a8":  # torchao's layout: groups along the inputs, tiles of 32 outputs
+        odd = sorted({(m.in_features, m.out_features) for _, m in linears
+                      if m.in_features % W4A8_GROUPS[-1] or m.out_features % W4A8_OUTPUT_TILE})
+        if odd:
+            raise ValueError(f"{option} w4a8 needs layers with inputs a multiple of {W4A8_GROUPS[-1]} and outputs "
+                             f"a multiple of {W4A8_OUTPUT_TILE}; this model has (inputs, outputs) {odd}; use "
+                             f"{option} w8a8")
+    shared = _shared_inputs(model, scheme) if scheme in PRODUCTS else {}
     for name, linear in linears:
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, WeightOnlyLinear(linear, scheme, group_size, *shared.get(name, ())))
@@ -315,9 +422,9 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
     return model
 
 
-def _shared_inputs(model: nn.Module) -> dict[str, tuple[SharedInput, int]]:
+def _shared_inputs(model: nn.Module, scheme: str) -> dict[str, tuple[SharedInput, int]]:
     """Each linear layer of `model` that shares its input with others of its module (SHARED_INPUTS,
-    SharedInput.fits) -> (their shared product, its index there). A layer wrapped by an adapter
+    SharedInput.fits) -> (their shared product in `scheme`, its index there). A layer wrapped by an adapter
     that calls it on the wrapper's own input (peft's `base_layer`, a grown drafter's
     MaskRowAdapter) counts as the wrapper."""
     found = {}
@@ -326,7 +433,7 @@ def _shared_inputs(model: nn.Module) -> dict[str, tuple[SharedInput, int]]:
             paths = [name + ".base_layer" * hasattr(getattr(module, name, None), "base_layer") for name in names]
             linears = [_find(module, path) for path in paths]
             if SharedInput.fits(linears):
-                product = SharedInput(linears)
+                product = SharedInput(linears, scheme)
                 for index, path in enumerate(paths):
                     found[f"{prefix}.{path}" if prefix else path] = (product, index)
     return found

@@ -6,6 +6,7 @@
 # One file per scheme; round costs measured first (profile-*.json). Resumable: rerun it.
 # TAG=-bmm names a rerun's files apart (<scheme>-bmm.jsonl: after commit b5d2197's row-wise attention).
 # DRAFTER=w8a8 runs the drafter on the target's w8a8 kernel (default int8: dynamic, fbgemm).
+# METHODS: the methods besides llama.cpp (default ar,ddtree:8,taps:32).
 # llama-cpp-python 0.3.36 built natively minus AMX (README.md here: its AMX build crashes on this
 # machine), wheel made once with
 #   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
@@ -22,7 +23,7 @@ for quant in ${SCHEMES:-w8a8 none int4}; do
     PROFILE=$OUT/profile-$quant$TAG-draft-${DRAFTER:-int8}.json
     [ -f $PROFILE ] || $TAPS profile --target qwen2.5-coder-1.5b --dtype bfloat16 --target-quant $quant \
         --drafter-quant ${DRAFTER:-int8} --sizes 0,1,3,7,15,31,63 --contexts 256 --repeats 3 --out $PROFILE
-    $TAPS bench $COMMON --target-quant $quant --profile $PROFILE --methods ar,ddtree:8,taps:32,llama-cpp \
+    $TAPS bench $COMMON --target-quant $quant --profile $PROFILE --methods ${METHODS:-ar,ddtree:8,taps:32},llama-cpp \
         --out $OUT/$quant$TAG.jsonl
     $TAPS report $OUT/$quant$TAG.jsonl --out $OUT/report-$quant$TAG --complete-only
 done
