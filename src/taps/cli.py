@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from taps.cli_options import MAX_BUDGET, SEED, bounded, csv_of, temperature
@@ -48,8 +49,6 @@ def _method(text: str) -> str:
 
 def _load(args, method: str):
     """The parts the options name, assembled by the composition root (taps.engine.load)."""
-    import logging
-
     import taps
     from taps.rounds import Rollout
 
@@ -174,9 +173,9 @@ def _add_load_options(p, drafter_help: str) -> None:
     p.add_argument("--scorer", default=None,
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
-                          "any target dtype; CPU only), int4, w8a8 or w4a8 (--target-quant's kernels): faster drafts, the "
-                          "same output; auto: int8 for grown and sibling drafters on the CPU (w8a8 where it has "
-                          "AMX), none otherwise (auto)")
+                          "any target dtype; CPU only), int4, w8a8 or w4a8 (--target-quant's kernels): faster "
+                          "drafts, the same output; auto: int8 for grown and sibling drafters on the CPU (w8a8 where "
+                          "it has AMX), none otherwise (auto)")
     p.add_argument("--target-quant", choices=list(TARGET_QUANT), default="none",
                    help="the target's weights in int8 or int4, or w8a8 (int8 weights and per-row int8 activations: "
                         "cheap tree rows) on PyTorch's CPU kernels, or w4a8 (int4 weights, per-row int8 activations; "
@@ -386,6 +385,9 @@ def _check_text(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # torchao's import (transformers' loader makes it wherever torchao is installed: make
+    # install-torchao) logs torch.compile deprecation notices a user cannot act on
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
     try:  # the parser too: building it imports torch, seconds in which Ctrl-C is likely
         args = (_report_parser() if argv[:1] == ["report"] else build_parser()).parse_args(argv)
         _check_text(args)

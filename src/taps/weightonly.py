@@ -56,7 +56,6 @@ them (session 44).
 from __future__ import annotations
 
 import functools
-import logging
 
 import torch
 from torch import nn
@@ -348,7 +347,6 @@ def _w4a8_kernel() -> bool:
     """Whether torchao's `da8w4_linear_cpu` is here and gives each row the same bits alone or
     batched (probed once: 1 row, 4 (its VNNI path) and 33 (its AMX path) against single rows)."""
     try:
-        logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # torchao 0.19's import notice
         import torchao  # noqa: F401  (loads the kernels)
 
         product = W4A8Product(torch.randn(64, 256, generator=torch.Generator().manual_seed(0)))

@@ -40,7 +40,7 @@ def main() -> None:
     asked = prompts(tokenizer)
     answers = {r["prompt_id"]: r["token_ids"][0] for r in map(json.loads, OUT.with_name("none.jsonl").open())
                if r.get("method") == "ar"}
-    assert all(len(answers[pid]) == N_NEW for pid, _ in asked), "none.jsonl's ar answers are the reference text"
+    assert all(0 < len(answers[pid]) <= N_NEW for pid, _ in asked), "none.jsonl holds the reference text"
     want = {}  # prompt -> the reference's argmax before each answer token
     records = []
 
