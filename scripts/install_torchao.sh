@@ -15,6 +15,8 @@ SOURCE=${2:-git+https://github.com/pytorch/ao@v0.18.0}
 USE_CPU_KERNELS=1 USE_CPP=1 USE_SYSTEM_LIBS=1 "$VENV/bin/pip" install -q --disable-pip-version-check \
     --no-build-isolation --no-deps -c constraints.txt "$SOURCE"
 "$VENV/bin/python" -c "
+import logging
+logging.getLogger('torch.utils._pytree').setLevel(logging.ERROR)  # torchao's import notice (taps.cli does the same)
 from taps.weightonly import check_target_quant
 check_target_quant('w4a8')
 import torchao
