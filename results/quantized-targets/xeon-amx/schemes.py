@@ -1,0 +1,35 @@
+"""Issue 25 in one run: the 1.5B's target in bfloat16, w8a8 and w4a8 side by side
+(taps.bench.run_side_by_side: per prompt and method, each scheme's run in turn, one process), each
+beside llama.cpp's plain decoding of the packaged Q4_K_M file, so every number in the table
+comes from the same hour of the same machine. 10 HumanEval + 10 MT-Bench turn 1, T=0, 128 new
+tokens, bfloat16 activations, the shipped drafter in w8a8 (auto's choice on AMX, and the best
+beside a w4a8 target: README.md, session 44); methods ar, ddtree:8, taps:32 and llama-cpp in each
+file (llama.cpp runs once per scheme and prompt: the same computation three times, its spread
+the machine's noise). Each scheme's latency profile is the one measured for it before
+(`profile-none-shared-draft-w8a8.json`, `profile-w8a8-decoder-draft-w8a8.json`,
+`profile-w4a8-d8-draft-w8a8.json`), refitted online by the loop. w4a8 needs `make install-torchao`.
+
+    .venv/bin/python results/quantized-targets/xeon-amx/schemes.py     # -> schemes/<scheme>.jsonl, report-<scheme>/
+
+Resumable: a rerun runs what a file lacks. Then prints each file's summary (`taps report`)."""
+
+import subprocess
+from pathlib import Path
+
+from taps.bench import BenchConfig, run_side_by_side
+
+HERE = Path(__file__).parent
+OUT = HERE / "schemes"
+PROFILES = {"none": "profile-none-shared-draft-w8a8.json", "w8a8": "profile-w8a8-decoder-draft-w8a8.json",
+            "w4a8": "profile-w4a8-d8-draft-w8a8.json"}
+
+OUT.mkdir(exist_ok=True)
+benches = [(BenchConfig(target="qwen2.5-coder-1.5b", methods=("ar", "ddtree:8", "taps:32", "llama-cpp"),
+                        datasets=("humaneval", "mt-bench"), turns=1, limit=10, max_new_tokens=128, dtype="bfloat16",
+                        temperatures=(0.0,), drafter_quant="w8a8", target_quant=scheme,
+                        profile=str(HERE / profile)), OUT / f"{scheme}.jsonl")
+           for scheme, profile in PROFILES.items()]
+run_side_by_side(benches)
+for _, path in benches:
+    subprocess.run([".venv/bin/taps", "report", str(path), "--out", str(OUT / f"report-{path.stem}"), "--complete-only"],
+                   check=True)
