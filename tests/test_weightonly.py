@@ -19,6 +19,7 @@ from taps.weightonly import (
     _int8_kernel_is_exact,
     _w4a8_kernel,
     check_target_quant,
+    has_amx,
     quantize_weights,
     target_quant_of,
 )
@@ -28,7 +29,7 @@ PROMPT = [5, 17, 33, 2, 9, 41]
 # w8a8 runs only where the int8 kernel sums exactly (VNNI or AMX); elsewhere taps refuses it (tested below)
 needs_w8a8 = pytest.mark.skipif(not _int8_kernel_is_exact(), reason="this CPU's int8 kernel saturates: w8a8 is refused")
 # w4a8 needs AMX and torchao built with its CPU kernels (`make install-torchao`); elsewhere refused (below)
-W4A8 = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)() and _w4a8_kernel()
+W4A8 = has_amx() and _w4a8_kernel()
 needs_w4a8 = pytest.mark.skipif(not W4A8, reason="w4a8 needs AMX and torchao's CPU kernels (make install-torchao)")
 SCHEMES = ["int8", "int4", pytest.param("w8a8", marks=needs_w8a8), pytest.param("w4a8", marks=needs_w4a8)]
 RUNNABLE = ["int8", "int4"] + ["w8a8"] * _int8_kernel_is_exact() + ["w4a8"] * W4A8

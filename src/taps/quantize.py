@@ -31,9 +31,11 @@ import warnings
 import torch
 from torch import nn
 
-# --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4; int8 x int8;
-# int4 x int8
-SCHEMES = ("auto", "none", "int8", "int4", "w8a8", "w4a8")
+from taps.weightonly import PRODUCTS, has_amx
+
+# --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4; and the
+# target's kernels whose activations are rounded too (w8a8: int8 x int8, w4a8: int4 x int8)
+SCHEMES = ("auto", "none", "int8", "int4", *PRODUCTS)
 
 
 def auto_scheme(kind_default: str, device: torch.device | str) -> str:
@@ -51,8 +53,7 @@ def auto_scheme(kind_default: str, device: torch.device | str) -> str:
     (results/quantized-targets/xeon-amx/drafter-quant-*.jsonl). Elsewhere unmeasured: int8 stays."""
     if torch.device(device).type != "cpu" or not _int8_engine():
         return "none"
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    if kind_default == "int8" and amx:
+    if kind_default == "int8" and has_amx():
         from taps.weightonly import _int8_kernel_is_exact
 
         return "w8a8" if _int8_kernel_is_exact() else "int8"
@@ -75,7 +76,7 @@ def load_dtype(scheme: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype to load a drafter or assistant in, before `quantize_linears(model, scheme)`, beside a
     target in `dtype`: int8 kernels read float32 weights, so an int8 drafter loads in float32 whatever
     the target's dtype (it only proposes tokens; the target verifies every one in its own)."""
-    return torch.float32 if check_scheme(scheme) in ("int8", "w8a8", "w4a8") else dtype
+    return torch.float32 if check_scheme(scheme) in ("int8", *PRODUCTS) else dtype
 
 
 def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
@@ -86,7 +87,7 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     PyTorch build with the x86/fbgemm engine."""
     if check_scheme(scheme) == "none":
         return model
-    if scheme in ("int4", "w8a8", "w4a8"):
+    if scheme in ("int4", *PRODUCTS):
         from taps.weightonly import quantize_weights
 
         # a drafter only proposes: its rows need not be exact

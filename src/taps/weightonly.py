@@ -143,7 +143,7 @@ class W4A8Product:
     the largest of `W4A8_GROUPS` that divides them.
 
     The kernel comes with torchao built with its CPU kernels (`USE_CPU_KERNELS=1`: torchao's
-    x86 wheels on PyPI and download.pytorch.org leave them out; docs/quantized.md says how), and
+    x86 wheels on PyPI and download.pytorch.org leave them out; docs/commands.md says how), and
     is fast only with AMX (without it the kernel falls back to a scalar loop): `check_target_quant`
     refuses it elsewhere."""
 
@@ -261,14 +261,16 @@ class WeightOnlyLinear(nn.Module):
             if scheme != shared.scheme:
                 raise ValueError(f"a shared product is {shared.scheme}'s; {scheme} layers compute alone")
             self.shared, self.index = shared, index
-            self.group_size = getattr(shared.product, "group", group_size)
-            # its own scales, in its dtype: [N] (w8a8) or [N, K / group] (w4a8)
-            self.register_buffer("scales", shared.product.scales[shared.rows(index)].to(dtype))
-        elif scheme in PRODUCTS:  # packed once in the kernel's layout (opaque tensors, so not buffers:
-            # a quantized target is not copied or saved)
-            self.product = PRODUCTS[scheme](linear.weight.detach())
-            self.group_size = getattr(self.product, "group", group_size)
-            self.register_buffer("scales", self.product.scales.to(dtype))  # its dtype, its scales
+        if scheme in PRODUCTS:  # packed once in the kernel's layout (opaque tensors, so not buffers:
+            # a quantized target is not copied or saved); a shared product's member reads its own
+            # channels' scales, [N] (w8a8) or [N, K / group] (w4a8), in its dtype
+            if shared is None:
+                self.product = product = PRODUCTS[scheme](linear.weight.detach())
+                channels = slice(None)
+            else:
+                product, channels = shared.product, shared.rows(index)
+            self.group_size = getattr(product, "group", group_size)
+            self.register_buffer("scales", product.scales[channels].to(dtype))
         elif scheme == "int8":
             qweight, scale = _int8_rows(linear.weight.detach().float())  # [N, K], [N]
             self.register_buffer("scales", scale.to(dtype))  # [N]
@@ -333,13 +335,18 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None, op
         raise ValueError(f"{option} w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
                          f"saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use {option} int8")
     if scheme == "w4a8":
-        if not getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+        if not has_amx():
             raise ValueError(f"{option} w4a8 runs torchao's int4 x int8 kernel, fast only with AMX (Intel Xeon "
                              f"4th generation or later), which this CPU lacks: use {option} w8a8 or int8")
         if not _w4a8_kernel():
             raise ValueError(f"{option} w4a8 needs torchao built with its CPU kernels, which its x86 wheels leave "
                              f"out: `make install-torchao` (docs/commands.md) or use {option} w8a8")
     return scheme
+
+
+def has_amx() -> bool:
+    """Whether this CPU has AMX tiles (torch's own probe; False on a torch without it)."""
+    return getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
 
 
 @functools.cache
@@ -392,20 +399,15 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
     if scheme == "none":
         return model
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    if scheme == "int4":  # the kernel's layout: groups along the inputs, tiles of 16 outputs
+    # the int4 kernels' layouts: groups along the inputs, tiles of outputs; else the 8-bit scheme to use
+    layout = {"int4": (group_size, INT4_OUTPUT_TILE, "int8"), "w4a8": (W4A8_GROUPS[-1], W4A8_OUTPUT_TILE, "w8a8")}
+    if scheme in layout:
+        inputs, outputs, instead = layout[scheme]
         odd = sorted({(m.in_features, m.out_features) for _, m in linears
-                      if m.in_features % group_size or m.out_features % INT4_OUTPUT_TILE})
+                      if m.in_features % inputs or m.out_features % outputs})
         if odd:
-            raise ValueError(f"{option} int4 needs layers with inputs a multiple of {group_size} and outputs a "
-                             f"multiple of {INT4_OUTPUT_TILE}; this model has (inputs, outputs) {odd}; use "
-                             f"{option} int8")
-    if scheme == "w4a8":  # torchao's layout: groups along the inputs, tiles of 32 outputs
-        odd = sorted({(m.in_features, m.out_features) for _, m in linears
-                      if m.in_features % W4A8_GROUPS[-1] or m.out_features % W4A8_OUTPUT_TILE})
-        if odd:
-            raise ValueError(f"{option} w4a8 needs layers with inputs a multiple of {W4A8_GROUPS[-1]} and outputs "
-                             f"a multiple of {W4A8_OUTPUT_TILE}; this model has (inputs, outputs) {odd}; use "
-                             f"{option} w8a8")
+            raise ValueError(f"{option} {scheme} needs layers with inputs a multiple of {inputs} and outputs a "
+                             f"multiple of {outputs}; this model has (inputs, outputs) {odd}; use {option} {instead}")
     shared = _shared_inputs(model, scheme) if scheme in PRODUCTS else {}
     for name, linear in linears:
         parent, _, child = name.rpartition(".")

@@ -28,16 +28,14 @@ VARIANTS = [("bfloat16", "none", None), ("w8a8", "w8a8", None), ("int4", "int4",
             ("w4a8-g128", "w4a8", (128, 64, 32)), ("w4a8-g64", "w4a8", (64, 32)), ("w4a8-g32", "w4a8", (32,))]
 
 
-def prompts(tokenizer) -> list[tuple[str, list[int]]]:
-    target = Target.__new__(Target)
-    target.tokenizer = tokenizer
+def prompts(target: Target) -> list[tuple[str, list[int]]]:
     return [(p.id, target.encode_chat([{"role": "user", "content": p.turns[0]}]))
             for name in ("humaneval", "mt-bench") for p in load_prompts(name, 10)]
 
 
 def main() -> None:
     reference, tokenizer = load_model(TARGET, torch.float32)
-    asked = prompts(tokenizer)
+    asked = prompts(Target(reference, tokenizer))
     answers = {r["prompt_id"]: r["token_ids"][0] for r in map(json.loads, OUT.with_name("none.jsonl").open())
                if r.get("method") == "ar"}
     assert all(0 < len(answers[pid]) <= N_NEW for pid, _ in asked), "none.jsonl holds the reference text"
