@@ -1,6 +1,6 @@
 """The methods a user picks by `--method`: a proposer + a tree policy + options (docs/method.md).
 
-A method is written `NAME[+OPTION...]`, e.g. `taps`, `taps+copy`, `chain+rollout`. NAME is plain
+A method is written `NAME[+OPTION...]`, e.g. `taps`, `taps+copy`, `chain+rollout`, `taps+pause`. NAME is plain
 decoding (`ar`) or one of the tree policies (taps.policies); the options change how rounds are
 proposed or how the policy is configured. The paper's ablations are options too
 (`taps+no-scorer`, `taps+fixed`, `taps+no-lookup`), so a benchmark can run them side by side
@@ -18,7 +18,8 @@ from taps.copying import CopyPlanner
 from taps.costmodel import LatencyProfile
 from taps.drafters import Drafter
 from taps.policies import POLICIES, Selector, configure_policy, profile_or_default
-from taps.rounds import CopyProposer, DraftProposer, NoProposer, Proposer, Rollout
+from taps.gate import Gate
+from taps.rounds import CopyProposer, DraftProposer, NoProposer, PausingProposer, Proposer, Rollout
 from taps.scorer import Scorer
 
 NAMES = {  # name -> (one line for --help, default budget)
@@ -33,6 +34,9 @@ OPTIONS = {  # option -> (policies it applies to, one line for --help)
     "copy": (("chain", "ddtree", "cost-aware", "taps"),
              "copy rounds: verify an n-gram continuation of the context alone, without drafting, when that is "
              "modelled faster (summaries, code edits, second turns)"),
+    "pause": (("chain", "ddtree", "cost-aware", "taps"),
+              "pause drafting while plain rounds are measured faster than drafted ones, probing again later "
+              "(quantized targets, text the drafter does not know)"),
     "rollout": (("chain", "ddtree", "cost-aware", "taps"),
                 "deepen each draft along the drafter's own greedy path (grown drafters only)"),
     "no-lookup": (("taps",), "ablation: no n-gram lookup candidates in the pool"),
@@ -99,6 +103,8 @@ class Method:
                                            rollout=rollout if "rollout" in opts else None)
         if "copy" in opts:
             proposer = CopyProposer(proposer, CopyPlanner(profile_or_default(str(self), profile)))
+        if "pause" in opts:
+            proposer = PausingProposer(proposer, Gate())
         return proposer, select
 
 

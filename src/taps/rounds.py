@@ -12,6 +12,12 @@ verifies at most `budget` copied tokens.
   drafters) and joined by n-gram lookup candidates.
 - `CopyProposer`: an n-gram continuation verified alone when modelled faster than drafting
   (taps.copying), else its fallback's proposal.
+- `PausingProposer`: its inner proposer's proposal, or the root alone while plain rounds are
+  measured faster (taps.gate).
+
+A proposer's per-round state lives from `propose` to `observe`: a wrapper that skips its inner
+proposer's `propose` still calls its `observe` (the drafter's features must follow every round),
+which then sees a round that was not its own.
 
 The drafter's feature bookkeeping lives here: features of committed tokens accumulate until the
 next draft consumes them, so a copy round (no draft) loses none.
@@ -28,6 +34,7 @@ import torch
 
 from taps.copying import Continuation, CopyPlanner
 from taps.drafters import Drafter
+from taps.gate import Gate
 from taps.lookup import ngram_continuations
 from taps.policies import CandidatePath, Proposal
 from taps.tree import Tree
@@ -136,3 +143,27 @@ class CopyProposer:
         self.planner.observe(self.path, committed, tree.n_draft if self.drafted else None,
                              self.fallback.draft_seconds if self.drafted else 0.0)
         self.fallback.observe(tree, committed, features)
+        self.path, self.drafted = Continuation([]), False  # a round this proposer did not propose teaches nothing
+
+
+class PausingProposer:
+    """`inner`'s proposals while they pay, plain rounds while `gate` measures plain rounds faster
+    (taps.gate). A round's seconds run from `propose` to `observe`."""
+
+    def __init__(self, inner: Proposer, gate: Gate):
+        self.inner, self.gate = inner, gate
+        self.t_start = 0.0
+        self.drafted = False  # whether this round's proposal came from `inner`
+
+    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
+        self.inner.start(ids, features)
+
+    def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
+        self.t_start = time.perf_counter()
+        proposal = self.inner.propose(ids, depth, budget) if self.gate.drafts() else None
+        self.drafted = proposal is not None
+        return proposal
+
+    def observe(self, tree: Tree, committed: Sequence[int], features: torch.Tensor | None) -> None:
+        self.gate.observe(self.drafted, len(committed), time.perf_counter() - self.t_start)
+        self.inner.observe(tree, committed, features)
