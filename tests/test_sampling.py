@@ -4,12 +4,14 @@
 import pytest
 import torch
 
+import taps.methods
 from stats import chi_square_pvalue
 from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.drafters.grown import GrownConfig, GrownDrafter
 from taps.drafters.sibling import load_sibling
+from taps.gate import Gate
 from taps.target import Target
 from taps.tree import Tree
 from taps.verify import SamplingConfig
@@ -70,6 +72,20 @@ def test_first_tokens_follow_the_target_distribution(model, sampling, drafter, m
     assert chi_square_pvalue(samples, law) > 1e-3
 
 
+def second_and_third_token_law(model, prompt, sampling):
+    """The law of generated tokens 2 and 3 after `prompt`, marginal over the first."""
+    with torch.inference_mode():
+        law: dict = {}
+        p1 = sampling.probs(model(torch.tensor([prompt])).logits[0, -1:])[0]
+        for a in range(VOCAB):
+            p2 = sampling.probs(model(torch.tensor([prompt + [a]])).logits[0, -1:])[0]
+            for b in range(VOCAB):
+                p3 = sampling.probs(model(torch.tensor([prompt + [a, b]])).logits[0, -1:])[0]
+                for c in range(VOCAB):
+                    law[(b, c)] = law.get((b, c), 0.0) + float(p1[a] * p2[b] * p3[c])
+    return law
+
+
 @pytest.mark.slow  # 1,000 generations
 def test_copy_rounds_follow_the_target_distribution(model):
     """taps+copy at T=1: after a drafted round that commits one token, the second round verifies
@@ -81,15 +97,7 @@ def test_copy_rounds_follow_the_target_distribution(model):
     sampling = SamplingConfig(1.0)
     info = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
     profile = LatencyProfile((0, 64), (1.0, 1.64), draft_seconds=1.0, info=info)  # drafting doubles a round
-    with torch.inference_mode():
-        law: dict = {}
-        p1 = sampling.probs(model(torch.tensor([prompt])).logits[0, -1:])[0]
-        for a in range(VOCAB):
-            p2 = sampling.probs(model(torch.tensor([prompt + [a]])).logits[0, -1:])[0]
-            for b in range(VOCAB):
-                p3 = sampling.probs(model(torch.tensor([prompt + [a, b]])).logits[0, -1:])[0]
-                for c in range(VOCAB):
-                    law[(b, c)] = law.get((b, c), 0.0) + float(p1[a] * p2[b] * p3[c])
+    law = second_and_third_token_law(model, prompt, sampling)
     target = Target(model)
     d = load_drafter("random", target, block_len=3)
     samples, copies = [], 0
@@ -99,6 +107,31 @@ def test_copy_rounds_follow_the_target_distribution(model):
         samples.append(tuple(res.token_ids[1:]))
         copies += res.stats.copy_rounds
     assert copies > N_RUNS * 0.3  # copy rounds really decided those tokens often
+    assert chi_square_pvalue(samples, law) > 1e-3
+
+
+@pytest.mark.slow  # 1,000 generations
+def test_a_draft_after_a_paused_round_follows_the_target_distribution(model, monkeypatch):
+    """taps+pause at T=1 with the gate forced to pause the first round: the second round drafts
+    after a plain one (the drafter catching up on its features). The law of the tokens it decides
+    (the 2nd and 3rd, marginal over the 1st) must be the target's."""
+    class PauseFirst(Gate):
+        def drafts(self) -> bool:
+            return self.rounds > 0
+
+    monkeypatch.setattr(taps.methods, "Gate", PauseFirst)
+    sampling = SamplingConfig(1.0)
+    law = second_and_third_token_law(model, PROMPT, sampling)
+    target = Target(model)
+    d = load_drafter("noisy", target, block_len=3)
+    samples, accepted = [], 0
+    for seed in range(N_RUNS):
+        cfg = DecodeConfig("taps+pause", budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)
+        res = generate(target, PROMPT, cfg, d)
+        assert res.stats.tree_sizes[0] == 0  # the first round was paused
+        samples.append(tuple(res.token_ids[1:]))
+        accepted += res.stats.accepted_per_round[1]
+    assert accepted > N_RUNS * 0.1  # the second round's draft was really used
     assert chi_square_pvalue(samples, law) > 1e-3
 
 
