@@ -10,7 +10,7 @@ from taps.costmodel import LatencyProfile, ProfileInfo
 from taps.decode import DecodeConfig, generate
 from taps.drafters import load_drafter
 from taps.target import Target
-from tiny import hf_greedy, tiny_model
+from tiny import FeatureRecorder, hf_greedy, tiny_model
 
 INFO = ProfileInfo(target="t", dtype="float32", cpu="c", torch="2", threads=1, context_lengths=(8,), repeats=3)
 # verifying costs 1 s plus 0.01 s per node; drafts (observed below) cost 1 s: copying saves half a round
@@ -98,23 +98,9 @@ def test_copy_rounds_are_lossless_and_happen(family, drafter):
 def test_a_copy_round_keeps_the_features_for_the_next_draft():
     model = tiny_model("llama")
     target = Target(model, feature_layers=(0, 2))
-    calls = []
-
-    class Recorder:  # uniform marginals: drafted rounds commit about one token, so copying wins
-        block_len, vocab_size, feature_layers = 4, target.vocab_size, (0, 2)
-
-        def start(self, prompt_ids):
-            pass
-
-        def draft(self, ids, features):
-            calls.append((len(ids), features.shape[0]))
-            return torch.full((4, target.vocab_size), 1.0 / target.vocab_size)
-
-    res = generate(target, REPEATING, DecodeConfig("taps+copy", budget=8, max_new_tokens=40, stop_ids=()), Recorder(),
+    recorder = FeatureRecorder(target)  # uniform marginals: drafted rounds commit about one token, so copying wins
+    res = generate(target, REPEATING, DecodeConfig("taps+copy", budget=8, max_new_tokens=40, stop_ids=()), recorder,
                    profile=PROFILE)  # fmt: skip
     # every round drafts or copies, but a last round that may commit one token only does neither
-    assert res.stats.copy_rounds > 0 and 0 <= res.stats.rounds - len(calls) - res.stats.copy_rounds <= 1
-    delivered = 0
-    for n_ids, n_features in calls:  # at every draft: one row per committed token but the root, once
-        delivered += n_features
-        assert delivered == n_ids - 1
+    assert res.stats.copy_rounds > 0 and 0 <= res.stats.rounds - len(recorder.calls) - res.stats.copy_rounds <= 1
+    assert recorder.got_each_token_once()

@@ -9,7 +9,7 @@ from taps.drafters import TEST_DRAFTERS, load_drafter
 from taps.methods import every_method
 from taps.scorer import EdgeScorer
 from taps.target import Target
-from tiny import DEVICE, hf_greedy, tiny_model
+from tiny import DEVICE, FeatureRecorder, hf_greedy, tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 
@@ -136,22 +136,10 @@ def test_kv_cache_after_commits_equals_token_by_token_cache(model):
 def test_features_follow_committed_tokens(model):
     """The drafter receives exactly one feature row per committed token, root excluded."""
     target = Target(model, feature_layers=(0, 2))
-    seen = []
-
-    class Recorder:
-        block_len, vocab_size, feature_layers = 4, target.vocab_size, (0, 2)
-
-        def start(self, prompt_ids):
-            pass
-
-        def draft(self, ids, features):
-            seen.append((len(ids), 0 if features is None else features.shape[0]))
-            assert features is None or features.shape[1] == 2 * model.config.hidden_size
-            return torch.full((4, target.vocab_size), 1.0 / target.vocab_size)
-
-    generate(target, PROMPT, DecodeConfig("chain", budget=4, max_new_tokens=10, stop_ids=()), Recorder())
-    assert seen[0] == (len(PROMPT), len(PROMPT) - 1)
-    assert sum(k for _, k in seen) + 1 == seen[-1][0]  # every committed token but the root, once
+    recorder = FeatureRecorder(target)
+    generate(target, PROMPT, DecodeConfig("chain", budget=4, max_new_tokens=10, stop_ids=()), recorder)
+    assert recorder.calls[0] == (len(PROMPT), len(PROMPT) - 1)
+    assert recorder.got_each_token_once() and recorder.widths == {2 * model.config.hidden_size}
 
 
 def test_bad_inputs_give_clear_errors(model):

@@ -12,7 +12,7 @@ from taps.drafters.grown import GrownConfig, GrownDrafter
 from taps.gate import Gate
 from taps.rounds import Rollout
 from taps.target import Target
-from tiny import hf_greedy, tiny_model
+from tiny import FeatureRecorder, hf_greedy, tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 PLAIN = (1, 0.10)  # a plain round: 1 token in 0.1 s
@@ -112,24 +112,10 @@ def test_a_grown_drafter_catches_up_after_skipped_rounds(scripted):
 def test_a_paused_round_keeps_the_features_for_the_next_draft(scripted):
     model = tiny_model("llama")
     target = Target(model, feature_layers=(0, 2))
-    calls = []
-
-    class Recorder:
-        block_len, vocab_size, feature_layers = 4, target.vocab_size, (0, 2)
-
-        def start(self, prompt_ids):
-            pass
-
-        def draft(self, ids, features):
-            calls.append((len(ids), features.shape[0]))
-            return torch.full((4, target.vocab_size), 1.0 / target.vocab_size)
-
-    res = generate(target, PROMPT, DecodeConfig("chain+pause", budget=8, max_new_tokens=30, stop_ids=()), Recorder())
-    assert 0 < len(calls) < res.stats.rounds
-    delivered = 0
-    for n_ids, n_features in calls:  # at every draft: one row per committed token but the root, once
-        delivered += n_features
-        assert delivered == n_ids - 1
+    recorder = FeatureRecorder(target)
+    res = generate(target, PROMPT, DecodeConfig("chain+pause", budget=8, max_new_tokens=30, stop_ids=()), recorder)
+    assert 0 < len(recorder.calls) < res.stats.rounds
+    assert recorder.got_each_token_once()
 
 
 def test_pausing_applies_to_every_tree_policy():

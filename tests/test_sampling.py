@@ -86,6 +86,17 @@ def second_and_third_token_law(model, prompt, sampling):
     return law
 
 
+def sample_second_and_third(target, prompt, method, drafter, sampling, **kw):
+    """N_RUNS seeded generations of 3 tokens: their 2nd and 3rd tokens, and each run's stats."""
+    samples, stats = [], []
+    for seed in range(N_RUNS):
+        cfg = DecodeConfig(method, budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)
+        res = generate(target, prompt, cfg, drafter, **kw)
+        samples.append(tuple(res.token_ids[1:]))
+        stats.append(res.stats)
+    return samples, stats
+
+
 @pytest.mark.slow  # 1,000 generations
 def test_copy_rounds_follow_the_target_distribution(model):
     """taps+copy at T=1: after a drafted round that commits one token, the second round verifies
@@ -100,13 +111,8 @@ def test_copy_rounds_follow_the_target_distribution(model):
     law = second_and_third_token_law(model, prompt, sampling)
     target = Target(model)
     d = load_drafter("random", target, block_len=3)
-    samples, copies = [], 0
-    for seed in range(N_RUNS):
-        cfg = DecodeConfig("taps+copy", budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)
-        res = generate(target, prompt, cfg, d, profile=profile)
-        samples.append(tuple(res.token_ids[1:]))
-        copies += res.stats.copy_rounds
-    assert copies > N_RUNS * 0.3  # copy rounds really decided those tokens often
+    samples, stats = sample_second_and_third(target, prompt, "taps+copy", d, sampling, profile=profile)
+    assert sum(s.copy_rounds for s in stats) > N_RUNS * 0.3  # copy rounds really decided those tokens often
     assert chi_square_pvalue(samples, law) > 1e-3
 
 
@@ -124,14 +130,9 @@ def test_a_draft_after_a_paused_round_follows_the_target_distribution(model, mon
     law = second_and_third_token_law(model, PROMPT, sampling)
     target = Target(model)
     d = load_drafter("noisy", target, block_len=3)
-    samples, accepted = [], 0
-    for seed in range(N_RUNS):
-        cfg = DecodeConfig("taps+pause", budget=4, max_new_tokens=3, sampling=sampling, stop_ids=(), seed=seed)
-        res = generate(target, PROMPT, cfg, d)
-        assert res.stats.tree_sizes[0] == 0  # the first round was paused
-        samples.append(tuple(res.token_ids[1:]))
-        accepted += res.stats.accepted_per_round[1]
-    assert accepted > N_RUNS * 0.1  # the second round's draft was really used
+    samples, stats = sample_second_and_third(target, PROMPT, "taps+pause", d, sampling)
+    assert all(s.tree_sizes[0] == 0 for s in stats)  # the first round was paused
+    assert sum(s.accepted_per_round[1] for s in stats) > N_RUNS * 0.1  # the second round's draft was really used
     assert chi_square_pvalue(samples, law) > 1e-3
 
 

@@ -62,3 +62,34 @@ def greedy_sequences(model, n: int = 10, new_tokens: int = 36) -> list[list[int]
                              pad_token_id=0)
         out.append(seq[0].tolist())
     return out
+
+
+class FeatureRecorder:
+    """A drafter with uniform marginals (its drafted rounds commit about one token) that records,
+    per draft, the ids it was given and the target feature rows [k, F] that came with them."""
+
+    block_len, feature_layers = 4, (0, 2)
+
+    def __init__(self, target):
+        self.vocab_size = target.vocab_size
+        self.calls: list[tuple[int, int]] = []  # (len(ids), feature rows) per draft
+        self.widths: set[int] = set()  # feature widths F seen
+
+    def start(self, prompt_ids):
+        pass
+
+    def draft(self, ids, features):
+        self.calls.append((len(ids), 0 if features is None else features.shape[0]))
+        if features is not None:
+            self.widths.add(features.shape[1])
+        return torch.full((self.block_len, self.vocab_size), 1.0 / self.vocab_size)
+
+    def got_each_token_once(self) -> bool:
+        """At every draft, one feature row per token before the root (the prompt's and every
+        committed one), each delivered once."""
+        delivered = 0
+        for n_ids, rows in self.calls:
+            delivered += rows
+            if delivered != n_ids - 1:
+                return False
+        return bool(self.calls)
