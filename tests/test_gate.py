@@ -3,7 +3,6 @@ the loop on tiny targets: rounds skipped in any pattern stay lossless, the draft
 committed token's features once, and a copy planner learns nothing from rounds it did not propose."""
 
 import pytest
-import torch
 
 import taps.methods
 from taps.decode import DecodeConfig, generate

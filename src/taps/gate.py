@@ -76,7 +76,8 @@ class Gate:
     waited: int = 0  # plain rounds since the pause began or its last probe
 
     def __post_init__(self):
-        if not 0.0 <= self.decay < 1.0 or self.margin < 0 or self.warmup < 1 or not 1 <= self.first_wait <= self.max_wait:
+        if not (0.0 <= self.decay < 1.0 and self.margin >= 0 and self.warmup >= 1
+                and 1 <= self.first_wait <= self.max_wait):
             raise ValueError("need 0 <= decay < 1, margin >= 0, warmup >= 1 and 1 <= first_wait <= max_wait, got "
                              f"{self.decay}, {self.margin}, {self.warmup}, {self.first_wait}, {self.max_wait}")
 

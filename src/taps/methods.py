@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from taps.copying import CopyPlanner
 from taps.costmodel import LatencyProfile
 from taps.drafters import Drafter
-from taps.policies import POLICIES, Selector, configure_policy, profile_or_default
 from taps.gate import Gate
+from taps.policies import POLICIES, Selector, configure_policy, profile_or_default
 from taps.rounds import CopyProposer, DraftProposer, NoProposer, PausingProposer, Proposer, Rollout
 from taps.scorer import Scorer
 
