@@ -7,6 +7,8 @@
 # TAG=-bmm names a rerun's files apart (<scheme>-bmm.jsonl: after commit b5d2197's row-wise attention).
 # DRAFTER=w8a8 runs the drafter on the target's w8a8 kernel (default int8: dynamic, fbgemm).
 # METHODS: the methods besides llama.cpp (default ar,ddtree:8,taps:32).
+# OUT: another CPU's folder (default this one), e.g. OUT=results/quantized-targets/zen5 on a Zen 5 EPYC,
+# where llama-cpp-python is pip's default native build (`pip wheel --no-deps llama-cpp-python==0.3.36`).
 # llama-cpp-python 0.3.36 built natively minus AMX (README.md here: its AMX build crashes on this
 # machine), wheel made once with
 #   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
@@ -14,7 +16,7 @@
 #   pip wheel --no-deps llama-cpp-python==0.3.36
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-OUT=results/quantized-targets/xeon-amx
+OUT=${OUT:-results/quantized-targets/xeon-amx}
 TAPS=${TAPS:-.venv/bin/taps}
 COMMON="--target qwen2.5-coder-1.5b --dtype bfloat16 --datasets humaneval,mt-bench --turns 1 --limit 10 \
     --temperatures 0 --max-new-tokens 128 --drafter-quant ${DRAFTER:-int8}"
