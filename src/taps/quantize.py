@@ -31,7 +31,14 @@ import warnings
 import torch
 from torch import nn
 
-from taps.weightonly import PRODUCTS, has_amx
+from taps.weightonly import (
+    PRODUCTS,
+    WeightOnlyLinear,
+    _int8_kernel_is_exact,
+    has_amx,
+    quantize_weights,
+    target_quant_of,
+)
 
 # --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4; and the
 # target's kernels whose activations are rounded too (w8a8: int8 x int8, w4a8: int4 x int8)
@@ -54,8 +61,6 @@ def auto_scheme(kind_default: str, device: torch.device | str) -> str:
     if torch.device(device).type != "cpu" or not _int8_engine():
         return "none"
     if kind_default == "int8" and has_amx():
-        from taps.weightonly import _int8_kernel_is_exact
-
         return "w8a8" if _int8_kernel_is_exact() else "int8"
     return kind_default
 
@@ -88,8 +93,6 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     if check_scheme(scheme) == "none":
         return model
     if scheme in ("int4", *PRODUCTS):
-        from taps.weightonly import quantize_weights
-
         # a drafter only proposes: its rows need not be exact
         return quantize_weights(model, scheme, rowwise=False, option="--drafter-quant")
     from taps.linear import use_linear
@@ -116,16 +119,12 @@ def quantized_layers(model: nn.Module | None) -> int:
     """How many of `model`'s layers run int8 dynamic or weight-only quantization (0 for None: a test drafter)."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    from taps.weightonly import WeightOnlyLinear
-
     return 0 if model is None else sum(isinstance(m, (DynamicLinear, WeightOnlyLinear)) for m in model.modules())
 
 
 def scheme_of(model: nn.Module | None) -> str:
     """The --drafter-quant scheme `model` runs: "int8", "int4" or "none" (also for None: a test drafter)."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
-    from taps.weightonly import target_quant_of
 
     if model is None:
         return "none"

@@ -150,7 +150,7 @@ class W4A8Product:
     def __init__(self, weight: torch.Tensor):
         n, k = weight.shape
         self.group = next(g for g in W4A8_GROUPS if k % g == 0)
-        groups = weight.detach().float().reshape(n, k // self.group, self.group)  # [N, K/g, g]
+        groups = weight.float().reshape(n, k // self.group, self.group)  # [N, K/g, g]
         low, high = groups.amin(-1).clamp(max=0), groups.amax(-1).clamp(min=0)  # [N, K/g], 0 inside
         scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
         zero = (-low / scale).round().clamp(0, _INT4_LEVELS)  # [N, K/g]
