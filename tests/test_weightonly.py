@@ -17,20 +17,19 @@ from taps.verify import SamplingConfig
 from taps.weightonly import (
     WeightOnlyLinear,
     _int8_kernel_is_exact,
-    _w4a8_kernel,
     check_target_quant,
-    has_amx,
     quantize_weights,
     target_quant_of,
+    w4a8_kernel,
 )
 from tiny import tiny_model
 
 PROMPT = [5, 17, 33, 2, 9, 41]
 # w8a8 runs only where the int8 kernel sums exactly (VNNI or AMX); elsewhere taps refuses it (tested below)
 needs_w8a8 = pytest.mark.skipif(not _int8_kernel_is_exact(), reason="this CPU's int8 kernel saturates: w8a8 is refused")
-# w4a8 needs AMX and torchao built with its CPU kernels (`make install-torchao`); elsewhere refused (below)
-W4A8 = has_amx() and _w4a8_kernel()
-needs_w4a8 = pytest.mark.skipif(not W4A8, reason="w4a8 needs AMX and torchao's CPU kernels (make install-torchao)")
+# w4a8 needs AVX-512 VNNI (taps.vnni, built at first use) or AMX with torchao's CPU kernels; elsewhere refused (below)
+W4A8 = w4a8_kernel() is not None
+needs_w4a8 = pytest.mark.skipif(not W4A8, reason="w4a8 needs AVX-512 VNNI and a C++ compiler, or AMX and torchao")
 SCHEMES = ["int8", "int4", pytest.param("w8a8", marks=needs_w8a8), pytest.param("w4a8", marks=needs_w4a8)]
 RUNNABLE = ["int8", "int4"] + ["w8a8"] * _int8_kernel_is_exact() + ["w4a8"] * W4A8
 ROUNDED = [pytest.param("w8a8", marks=needs_w8a8), pytest.param("w4a8", marks=needs_w4a8)]  # activations rounded too
@@ -222,16 +221,55 @@ def test_w8a8_is_refused_where_the_int8_kernel_is_not_exact(monkeypatch):
         quantize_weights(tiny_model("llama"), "w8a8")
 
 
-def test_w4a8_is_refused_without_amx_or_without_torchaos_kernels(monkeypatch):
+@pytest.fixture
+def fresh_w4a8_probe():
+    """w4a8_kernel and vnni.load probed anew inside the test and after it (they are cached per process)."""
+    from taps import vnni
+
+    load = vnni.load  # the cached function itself: a test may replace the module's name
+    w4a8_kernel.cache_clear(), load.cache_clear()
+    yield
+    w4a8_kernel.cache_clear(), load.cache_clear()
+
+
+def test_w4a8_is_refused_where_no_kernel_runs(monkeypatch, fresh_w4a8_probe):
     model = tiny_model("llama")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)  # an AVX2 or AVX-512 CPU
-    with pytest.raises(ValueError, match=r"w4a8 .* fast only with AMX .* use --drafter-quant w8a8 or int8"):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False)  # an AVX2 CPU (AMD Zen 3)
+    with pytest.raises(ValueError, match=r"w4a8 needs a CPU with AVX-512 VNNI .* use --drafter-quant int4 or int8"):
         quantize_weights(model, "w4a8", option="--drafter-quant")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
-    monkeypatch.setattr("taps.weightonly._w4a8_kernel", lambda: False)  # torchao from PyPI: no CPU kernels
+    w4a8_kernel.cache_clear()
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True)
+    monkeypatch.setattr("taps.vnni.load", lambda: "its build failed (no compiler)")  # VNNI, no g++
+    with pytest.raises(ValueError, match=r"w4a8's AVX-512 VNNI kernel .*no compiler.*install a C\+\+ compiler"):
+        quantize_weights(model, "w4a8")
+    w4a8_kernel.cache_clear()
+    monkeypatch.setenv("TAPS_W4A8_KERNEL", "torchao")  # asked for torchao's; PyPI's has no CPU kernels
+    monkeypatch.setitem(__import__("sys").modules, "torchao", None)  # import fails: as if not installed
     with pytest.raises(ValueError, match=r"w4a8 needs torchao built with its CPU kernels.*make install-torchao"):
         quantize_weights(model, "w4a8")
     assert target_quant_of(model) == "none"  # untouched
+
+
+@needs_w4a8
+def test_vnni_kernel_sums_the_worst_case_exactly():
+    """taps.vnni on extreme codes (weights 0 and 15, zero points 0..15, activations +-127): with unit
+    scales every total is an integer below 2^24, exact in float32, so the kernel must equal int64
+    arithmetic; a wrong nibble order, a saturating product or a dropped zero point would not."""
+    from taps import vnni
+
+    if vnni.load() is not None:
+        pytest.skip(vnni.load())
+    g = torch.Generator().manual_seed(0)
+    n, k, group = 64, 256, 128
+    codes = (torch.randint(0, 2, (n, k), generator=g) * 15).to(torch.uint8)  # [N, K]
+    zero = torch.randint(0, 16, (n, k // group), generator=g)  # [N, K/g]
+    x = (torch.randint(0, 2, (33, k), generator=g) * 2 - 1) * 127  # [33, K]
+    want = x.long() @ (codes.long() - zero.repeat_interleave(group, 1)).T  # [33, N]
+    packed = vnni.pack(codes, torch.ones(n, k // group), zero, group)
+    got = vnni.linear(x.to(torch.int8), torch.ones(33, 1), packed, group)
+    assert torch.equal(got.long(), want)
+    assert not torch.equal(got.long(), x.long() @ codes.long().T)  # negative control: the zero points count
 
 
 @needs_w4a8

@@ -56,9 +56,12 @@ them (session 44).
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 from torch import nn
+
+from taps import vnni
 
 SCHEMES = ("none", "int8", "int4", "w8a8", "w4a8")  # --target-quant values
 GROUP_SIZE = 32  # int4: input features per scale and zero point (GGUF's Q4_K uses sub-blocks of 32 too)
@@ -116,20 +119,24 @@ def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_
 class W4A8Product:
     """rows [R, K] times an int4 weight (one scale and int8 zero point per `group` input features
     and output channel: w = (code - zero) * scale, codes 0..15, zero kept in range so that 0 is
-    exact), each row rounded to int8 by its own scale as for w8a8, multiplied by torchao's CPU
-    kernel `da8w4_linear_cpu` on weights packed once by `da8w4_linear_prepack_cpu`.
+    exact), each row rounded to int8 by its own scale as for w8a8, multiplied by one of two kernels
+    (`w4a8_kernel`): torchao's `da8w4_linear_cpu` on CPUs with AMX, taps' own AVX-512 VNNI kernel
+    (taps.vnni) elsewhere. The two sum the same int32 products (exact) and add them to each row's
+    float32 total in a different order, so their outputs may differ in the last bits: lossless holds
+    against the model as this machine computes it, as for every scheme.
 
-    Rows stay independent, bit for bit: per block of at most 128 inputs the kernel sums int8 x
-    (code - zero) products in int32 (exact), then takes that sum to float32 times the row's scale
-    times the channel's scale and adds it to the row's float32 total, blocks in input order; one
-    row or 4 (AVX-512 VNNI micro-kernel) or more (AMX: the block's codes widened to int8 once,
-    then one tile product) run those same float operations in the same order
-    (tests/test_weightonly.py checks 1 to 64 rows).
+    Rows stay independent, bit for bit, under either kernel. torchao's: per block of at most 128
+    inputs it sums int8 x (code - zero) products in int32 (exact), then takes that sum to float32
+    times the row's scale times the channel's scale and adds it to the row's float32 total, blocks
+    in input order; one row or 4 (AVX-512 VNNI micro-kernel) or more (AMX: the block's codes widened
+    to int8 once, then one tile product) run those same float operations in the same order (read
+    from its source). taps.vnni's: its docstring. tests/test_weightonly.py checks 1 to 64 rows.
 
     Why: reading the weight is a token's price on a CPU, and int4 reads half of int8's bytes,
-    while the AMX int8 tile product keeps a tree's rows nearly free, which PyTorch's own int4
-    kernel (`int4`) does not: it dequantizes per block of rows. One layer, weights out of cache,
-    2 threads of a 2-core Intel Xeon with AMX, ms by rows (scratch, session 44):
+    while an int8 product keeps a tree's rows nearly free, which PyTorch's own int4 kernel (`int4`)
+    does not: it dequantizes per block of rows. torchao on one layer, weights out of cache, 2
+    threads of a 2-core Intel Xeon with AMX, ms by rows (scratch, session 44; taps.vnni's own
+    table is in its docstring):
 
         rows                         1     4     8    32    64
         8960x1536 w8a8            0.91  0.93  0.98  1.35  1.67
@@ -142,12 +149,11 @@ class W4A8Product:
     kernel's AMX block is the group up to 128. A layer whose inputs are no multiple of 128 takes
     the largest of `W4A8_GROUPS` that divides them.
 
-    The kernel comes with torchao built with its CPU kernels (`USE_CPU_KERNELS=1`: torchao's
-    x86 wheels on PyPI and download.pytorch.org leave them out; docs/commands.md says how), and
-    is fast only with AMX (without it the kernel falls back to a scalar loop): `check_target_quant`
-    refuses it elsewhere."""
+    torchao's kernel comes with torchao built with its CPU kernels (`USE_CPU_KERNELS=1`: torchao's
+    x86 wheels on PyPI and download.pytorch.org leave them out; docs/commands.md says how), and is
+    fast only with AMX (without it the kernel falls back to a scalar loop)."""
 
-    def __init__(self, weight: torch.Tensor):
+    def __init__(self, weight: torch.Tensor, kernel: str | None = None):
         n, k = weight.shape
         self.group = next(g for g in W4A8_GROUPS if k % g == 0)
         groups = weight.float().reshape(n, k // self.group, self.group)  # [N, K/g, g]
@@ -155,13 +161,19 @@ class W4A8Product:
         scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
         zero = (-low / scale).round().clamp(0, _INT4_LEVELS)  # [N, K/g]
         codes = (groups / scale[..., None] + zero[..., None]).round().clamp(0, _INT4_LEVELS)  # [N, K/g, g]
-        self.packed = torch.ops.torchao.da8w4_linear_prepack_cpu(
-            codes.reshape(n, k).to(torch.uint8), scale, zero.to(torch.int8))  # weight, scales, zeros, compensation
+        codes = codes.reshape(n, k).to(torch.uint8)
+        self.kernel = kernel or w4a8_kernel()  # "torchao" or "vnni"
+        if self.kernel == "torchao":  # weight, scales, zeros, compensation
+            self.packed = torch.ops.torchao.da8w4_linear_prepack_cpu(codes, scale, zero.to(torch.int8))
+        else:
+            self.packed = vnni.pack(codes, scale, zero, self.group)
         self.scales = scale  # [N, K/g] float32
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         codes, x_scale = _round_rows(rows)
         xq = codes.to(torch.int8)  # [R, K]: int8 input means symmetric to the kernel (no zero point)
+        if self.kernel != "torchao":
+            return vnni.linear(xq, x_scale, self.packed, self.group).to(rows.dtype)  # [R, N]
         no_zero = torch.zeros(xq.shape[0], dtype=torch.int32)  # [R]: unread, but its shape is checked
         weight, scales, zeros, compensation = self.packed
         return torch.ops.torchao.da8w4_linear_cpu(xq, x_scale.reshape(-1), no_zero, weight, scales, zeros,
@@ -334,13 +346,16 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None, op
     if scheme == "w8a8" and not _int8_kernel_is_exact():
         raise ValueError(f"{option} w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
                          f"saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use {option} int8")
-    if scheme == "w4a8":
-        if not has_amx():
-            raise ValueError(f"{option} w4a8 runs torchao's int4 x int8 kernel, fast only with AMX (Intel Xeon "
-                             f"4th generation or later), which this CPU lacks: use {option} w8a8 or int8")
-        if not _w4a8_kernel():
+    if scheme == "w4a8" and w4a8_kernel() is None:
+        if os.environ.get(W4A8_KERNEL_VAR) == "torchao":
             raise ValueError(f"{option} w4a8 needs torchao built with its CPU kernels, which its x86 wheels leave "
-                             f"out: `make install-torchao` (docs/commands.md) or use {option} w8a8")
+                             f"out: `make install-torchao` (docs/commands.md), or unset ${W4A8_KERNEL_VAR}")
+        if not torch.cpu._is_vnni_supported():
+            raise ValueError(f"{option} w4a8 needs a CPU with AVX-512 VNNI (AMD Zen 4 or later, Intel Xeon 2nd "
+                             f"generation or later), which this one lacks: use {option} int4 or int8")
+        raise ValueError(f"{option} w4a8's AVX-512 VNNI kernel (taps.vnni) does not run here: "
+                         f"{vnni.load() or 'rows differ alone and batched'}; install a C++ compiler (g++) "
+                         f"and ninja, or use {option} w8a8")
     return scheme
 
 
@@ -349,16 +364,38 @@ def has_amx() -> bool:
     return getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
 
 
-@functools.cache
-def _w4a8_kernel() -> bool:
-    """Whether torchao's `da8w4_linear_cpu` is here and gives each row the same bits alone or
-    batched (probed once: 1 row, 4 (its VNNI path) and 33 (its AMX path) against single rows)."""
-    try:
-        import torchao  # noqa: F401  (loads the kernels)
+W4A8_KERNEL_VAR = "TAPS_W4A8_KERNEL"  # auto (default), torchao or vnni: which kernel w4a8 multiplies with
 
-        product = W4A8Product(torch.randn(64, 256, generator=torch.Generator().manual_seed(0)))
-    except (ImportError, AttributeError, RuntimeError):  # no torchao, or one without its CPU kernels
-        return False
+
+@functools.cache
+def w4a8_kernel() -> str | None:
+    """The kernel `W4A8Product` multiplies with here: "torchao" where the CPU has AMX and torchao's
+    CPU kernels are installed (its AMX tile product, measured in W4A8Product's docstring), else
+    "vnni" (taps.vnni) where the CPU has AVX-512 VNNI and the kernel builds; None where neither runs.
+    $TAPS_W4A8_KERNEL=torchao or vnni asks for one (to compare them on one machine). Each is probed
+    once: every row gets the same bits alone as batched (1, 4 and 33 rows: torchao's VNNI and AMX
+    paths)."""
+    wanted = os.environ.get(W4A8_KERNEL_VAR, "auto")
+    if wanted not in ("auto", "torchao", "vnni"):
+        raise ValueError(f"${W4A8_KERNEL_VAR}={wanted!r}: choose auto, torchao or vnni")
+    if wanted == "torchao" or (wanted == "auto" and has_amx()):
+        try:
+            import torchao  # noqa: F401  (loads the kernels)
+
+            if _rows_independent("torchao"):
+                return "torchao"
+        except (ImportError, AttributeError, RuntimeError):  # no torchao, or one without its CPU kernels
+            pass
+        if wanted == "torchao":
+            return None
+    if vnni.load() is None and _rows_independent("vnni"):
+        return "vnni"
+    return None
+
+
+def _rows_independent(kernel: str) -> bool:
+    """Whether W4A8Product on `kernel` gives 1, 4 and 33 rows the bits each row gets alone."""
+    product = W4A8Product(torch.randn(64, 256, generator=torch.Generator().manual_seed(0)), kernel)
     rows = torch.randn(33, 256, generator=torch.Generator().manual_seed(1))
     alone = torch.cat([product(rows[i : i + 1]) for i in range(33)])  # [33, 64]
     return all(torch.equal(product(rows[:n]), alone[:n]) for n in (4, 33))

@@ -1,0 +1,72 @@
+"""taps' own int4 x int8 product for CPUs with AVX-512 VNNI: the kernel of `--target-quant w4a8`
+where torchao's is not (taps.weightonly.W4A8Product; the C++ is kernels/w4a8_vnni.cpp).
+
+Why a kernel of our own: on a CPU without AMX nothing maintained multiplies int4 weights by a tree's
+rows cheaply. PyTorch's `_weight_int4pack_mm_for_cpu` (`int4`) pays per row (its 31-node tree of the
+1.5B cost 11x a token on a Zen 5 EPYC), oneDNN's int8 product reads twice int4's bytes, and torchao's
+`da8w4_linear_cpu` runs its VNNI micro-kernel only where the CPU has AMX (a scalar loop elsewhere:
+da8w4_linear.cpp, torchao v0.18.0). One layer, weights out of cache (8 copies cycled), 2 threads of a
+2-core AMD EPYC Zen 5 (avx512_vnni, no AMX), ms by rows (scratch, session 46):
+
+    rows                         1     4     8    16    32    64
+    8960x1536 this, g 128     0.10  0.14  0.27  0.42  0.71  1.31
+    1536x8960 this, g 128     0.10  0.16  0.27  0.41  0.71  1.24
+
+How: each block of 32 output channels keeps two codes a byte, laid out so that one 64-byte load
+gives, after a mask and a shift, the codes of 16 channels x 4 inputs twice; `vpdpbusd` multiplies
+them (unsigned) by 4 of a row's int8 codes broadcast (signed) and sums in int32. Per group of inputs
+the zero point comes off as zero x the row's sum of codes, and the group's int32 sum joins the row's
+float32 total by one fused multiply-add with the channel's scale, groups in input order; the total
+is multiplied by the row's scale last. Rows stay independent, bit for bit: every row runs those same
+operations whatever the number of rows or which rows share a tile (tests/test_weightonly.py checks 1
+to 64 rows); the int32 sums are exact (|sum| <= 128 x 127 x 15 per group).
+
+Built at first use by `torch.utils.cpp_extension` (a C++ compiler and ninja; ~5 s on 2 cores),
+then loaded from its cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("kernels") / "w4a8_vnni.cpp"
+BLOCK = 32  # output channels per packed block (the kernel's two zmm of int32 lanes)
+
+
+@functools.cache
+def load() -> str | None:
+    """Build (once per machine) and load the kernel: None when it runs here, else why not."""
+    if not torch.cpu._is_vnni_supported():
+        return "this CPU has no AVX-512 VNNI"
+    from torch.utils.cpp_extension import load as build
+
+    try:
+        build(name="taps_w4a8_vnni", sources=[str(SOURCE)], is_python_module=False,
+              extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-fopenmp"], extra_ldflags=["-fopenmp"])
+    except (RuntimeError, OSError) as error:  # no compiler, no ninja, a failed build
+        return f"its build failed ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+    return None
+
+
+def pack(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
+    """int4 codes [N, K] (uint8, 0..15), scales and zero points [N, K / group] -> the kernel's layouts
+    (kernels/w4a8_vnni.cpp): weight [N/32, K/8, 128] uint8, scales [N/32, K/group, 32] float32, zeros
+    [N/32, K/group, 32] int32."""
+    n, k = codes.shape
+    # [block, half, lane, octet, nibble, i] -> [block, octet, half, lane, i, nibble]: input 8o+i in the low
+    # nibble of byte 4 * lane + i, input 8o+4+i in its high nibble
+    c = codes.reshape(n // BLOCK, 2, 16, k // 8, 2, 4).permute(0, 3, 1, 2, 5, 4)
+    weight = (c[..., 0] | (c[..., 1] << 4)).reshape(n // BLOCK, k // 8, 128).contiguous()
+
+    def by_block(per_group: torch.Tensor) -> torch.Tensor:  # [N, K/g] -> [N/32, K/g, 32]
+        return per_group.reshape(n // BLOCK, BLOCK, k // group).transpose(1, 2).contiguous()
+
+    return weight, by_block(scale.float()), by_block(zero.to(torch.int32))
+
+
+def linear(codes: torch.Tensor, x_scale: torch.Tensor, packed: tuple[torch.Tensor, ...], group: int) -> torch.Tensor:
+    """int8 rows [R, K] (each times its scale x_scale [R, 1]) times a `pack`ed weight -> [R, N] float32."""
+    return torch.ops.taps.w4a8_linear(codes, x_scale.reshape(-1), *packed, group)
