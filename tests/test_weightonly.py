@@ -17,6 +17,7 @@ from taps.verify import SamplingConfig
 from taps.weightonly import (
     WeightOnlyLinear,
     _int8_kernel_is_exact,
+    _round_rows,
     check_target_quant,
     quantize_weights,
     target_quant_of,
@@ -252,10 +253,12 @@ def test_w4a8_is_refused_where_no_kernel_runs(monkeypatch, fresh_w4a8_probe):
 
 
 @needs_w4a8
-def test_vnni_kernel_sums_the_worst_case_exactly():
-    """taps.vnni on extreme codes (weights 0 and 15, zero points 0..15, activations +-127): with unit
-    scales every total is an integer below 2^24, exact in float32, so the kernel must equal int64
-    arithmetic; a wrong nibble order, a saturating product or a dropped zero point would not."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vnni_kernel_sums_the_worst_case_exactly_and_rounds_rows_as_w8a8(dtype):
+    """taps.vnni on extreme codes (weights 0 and 15, zero points 0..15, activations +-127 after rounding):
+    with unit weight scales every total is an integer below 2^24 times the row's scale, so the kernel
+    must equal int64 arithmetic on `_round_rows`' codes; a wrong nibble order, a saturating product, a
+    dropped zero point or a row rounded otherwise would not."""
     from taps import vnni
 
     if vnni.load() is not None:
@@ -264,12 +267,15 @@ def test_vnni_kernel_sums_the_worst_case_exactly():
     n, k, group = 64, 256, 128
     codes = (torch.randint(0, 2, (n, k), generator=g) * 15).to(torch.uint8)  # [N, K]
     zero = torch.randint(0, 16, (n, k // group), generator=g)  # [N, K/g]
-    x = (torch.randint(0, 2, (33, k), generator=g) * 2 - 1) * 127  # [33, K]
-    want = x.long() @ (codes.long() - zero.repeat_interleave(group, 1)).T  # [33, N]
-    packed = vnni.pack(codes, torch.ones(n, k // group), zero, group)
-    got = vnni.linear(x.to(torch.int8), torch.ones(33, 1), packed, group)
-    assert torch.equal(got.long(), want)
-    assert not torch.equal(got.long(), x.long() @ codes.long().T)  # negative control: the zero points count
+    rows = torch.randn(33, k, generator=g).to(dtype)  # [33, K]
+    rows[:, 0] = 9.0  # the peak of every row: its scale 9/127, so many codes near +-127
+    x, x_scale = _round_rows(rows)  # the same codes the kernel makes
+    ints = x.long() @ (codes.long() - zero.repeat_interleave(group, 1)).T  # [33, N]
+    want = (ints.float() * x_scale).to(dtype)
+    got = vnni.linear(rows, vnni.pack(codes, torch.ones(n, k // group), zero, group), group)
+    assert got.dtype == dtype and torch.equal(got, want)
+    without_zero = ((x.long() @ codes.long().T).float() * x_scale).to(dtype)
+    assert not torch.equal(got, without_zero)  # negative control: the zero points count
 
 
 @needs_w4a8

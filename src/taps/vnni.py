@@ -67,6 +67,7 @@ def pack(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group: in
     return weight, by_block(scale.float()), by_block(zero.to(torch.int32))
 
 
-def linear(codes: torch.Tensor, x_scale: torch.Tensor, packed: tuple[torch.Tensor, ...], group: int) -> torch.Tensor:
-    """int8 rows [R, K] (each times its scale x_scale [R, 1]) times a `pack`ed weight -> [R, N] float32."""
-    return torch.ops.taps.w4a8_linear(codes, x_scale.reshape(-1), *packed, group)
+def linear(rows: torch.Tensor, packed: tuple[torch.Tensor, ...], group: int) -> torch.Tensor:
+    """rows [R, K] (float32 or bfloat16), each rounded to int8 by its own scale as
+    taps.weightonly._round_rows rounds, times a `pack`ed weight -> [R, N] in the rows' dtype."""
+    return torch.ops.taps.w4a8_linear(rows.contiguous(), *packed, group)

@@ -170,10 +170,10 @@ class W4A8Product:
         self.scales = scale  # [N, K/g] float32
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.kernel != "torchao":
+            return vnni.linear(rows, self.packed, self.group)  # [R, N]: rows rounded in the kernel
         codes, x_scale = _round_rows(rows)
         xq = codes.to(torch.int8)  # [R, K]: int8 input means symmetric to the kernel (no zero point)
-        if self.kernel != "torchao":
-            return vnni.linear(xq, x_scale, self.packed, self.group).to(rows.dtype)  # [R, N]
         no_zero = torch.zeros(xq.shape[0], dtype=torch.int32)  # [R]: unread, but its shape is checked
         weight, scales, zeros, compensation = self.packed
         return torch.ops.torchao.da8w4_linear_cpu(xq, x_scale.reshape(-1), no_zero, weight, scales, zeros,

@@ -1,8 +1,8 @@
-// int4 weights x int8 activation rows on AVX-512 VNNI: taps.weightonly.VnniW4A8 (its docstring says why
-// and what was measured). Built at first use by torch.utils.cpp_extension; registers torch.ops.taps.w4a8_linear.
+// int4 weights x int8 activation rows on AVX-512 VNNI: taps.vnni (its docstring says why and what was
+// measured). Built at first use by torch.utils.cpp_extension; registers torch.ops.taps.w4a8_linear.
 //
-// Layouts (made by VnniW4A8.__init__):
-//   x        [M, K] int8, each row rounded by its own scale x_scale [M] float32
+// Layouts (weight, scales and zeros made by taps.vnni.pack):
+//   x        [M, K] float32 or bfloat16, each row rounded here to int8 codes by its own scale x_scale
 //   weight   [N/32, K/8, 128] uint8: for 32 output channels and 8 inputs k..k+7, two 64-byte halves (channels
 //            0-15 and 16-31 of the block); byte 4j+i of a half holds channel j's code of input k+i in its low
 //            nibble and of input k+4+i in its high nibble, codes 0..15
@@ -14,59 +14,115 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 #include <torch/library.h>
 
 namespace {
 
 constexpr int kBlock = 32;  // output channels per packed block: two zmm of int32 lanes
 
-// rows m0..m0+R-1 times one block of 32 output channels
+// sum += u8 x s8 products, in place: GCC 12 copies the accumulator of _mm512_dpbusd_epi32 to a new
+// register and back on every call
+inline void dpbusd(__m512i& sum, __m512i u8, __m512i s8) { asm("vpdpbusd %2, %1, %0" : "+v"(sum) : "v"(u8), "v"(s8)); }
+
+// rows m0..m0+R-1 (R <= 4) times one block of 32 output channels -> their float32 totals, before the row's
+// scale. Four int32 sums a row (two halves x low and high nibbles), each a named variable: GCC 12 kept
+// arrays of them on the stack, and independent chains keep vpdpbusd's pipes full.
 template <int R>
-void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, const float* xscale, const uint8_t* w,
-                const float* scales, const int32_t* zeros, int64_t group, float* out, int64_t N) {
+void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, const uint8_t* w, const float* scales,
+                const int32_t* zeros, int64_t group, float (*total)[kBlock]) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  __m512 total[R][2];
-  for (int r = 0; r < R; ++r) total[r][0] = total[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < kBlock; ++j) total[r][j] = 0.0f;
   for (int64_t g = 0; g < G; ++g) {
-    __m512i sum[R][2];
-    for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_si512();
+    __m512i l00, l01, h00, h01, l10, l11, h10, h11, l20, l21, h20, h21, l30, l31, h30, h31;
+    l00 = l01 = h00 = h01 = l10 = l11 = h10 = h11 = l20 = l21 = h20 = h21 = l30 = l31 = h30 = h31 = _mm512_setzero_si512();
     const uint8_t* wg = w + g * (group / 8) * 128;
     const int8_t* xg = x + g * group;
     for (int64_t o = 0; o < group / 8; ++o) {
       const __m512i v0 = _mm512_loadu_si512(wg + o * 128), v1 = _mm512_loadu_si512(wg + o * 128 + 64);
       const __m512i lo0 = _mm512_and_si512(v0, nibble), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nibble);
       const __m512i lo1 = _mm512_and_si512(v1, nibble), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nibble);
-      for (int r = 0; r < R; ++r) {
-        int32_t first, second;  // inputs k..k+3 and k+4..k+7 of row r
-        __builtin_memcpy(&first, xg + r * K + o * 8, 4);
-        __builtin_memcpy(&second, xg + r * K + o * 8 + 4, 4);
-        const __m512i a0 = _mm512_set1_epi32(first), a1 = _mm512_set1_epi32(second);
-        sum[r][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sum[r][0], lo0, a0), hi0, a1);
-        sum[r][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sum[r][1], lo1, a0), hi1, a1);
-      }
+      // row r's inputs k..k+3 against the low nibbles, k+4..k+7 against the high ones
+#define TAPS_ROW(r, la, lb, ha, hb)                                                              \
+  if constexpr (R > r) {                                                                         \
+    int32_t first, second;                                                                       \
+    __builtin_memcpy(&first, xg + r * K + o * 8, 4);                                             \
+    __builtin_memcpy(&second, xg + r * K + o * 8 + 4, 4);                                        \
+    const __m512i a0 = _mm512_set1_epi32(first), a1 = _mm512_set1_epi32(second);                 \
+    dpbusd(la, lo0, a0);                                                                         \
+    dpbusd(lb, lo1, a0);                                                                         \
+    dpbusd(ha, hi0, a1);                                                                         \
+    dpbusd(hb, hi1, a1);                                                                         \
+  }
+      TAPS_ROW(0, l00, l01, h00, h01)
+      TAPS_ROW(1, l10, l11, h10, h11)
+      TAPS_ROW(2, l20, l21, h20, h21)
+      TAPS_ROW(3, l30, l31, h30, h31)
+#undef TAPS_ROW
     }
     const __m512i z0 = _mm512_loadu_si512(zeros + g * kBlock), z1 = _mm512_loadu_si512(zeros + g * kBlock + 16);
     const __m512 s0 = _mm512_loadu_ps(scales + g * kBlock), s1 = _mm512_loadu_ps(scales + g * kBlock + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512i xs = _mm512_set1_epi32(xsum[r * G + g]);  // sum of row r's codes over the group
-      const __m512i d0 = _mm512_sub_epi32(sum[r][0], _mm512_mullo_epi32(z0, xs));
-      const __m512i d1 = _mm512_sub_epi32(sum[r][1], _mm512_mullo_epi32(z1, xs));
-      total[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), s0, total[r][0]);
-      total[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), s1, total[r][1]);
-    }
+    // the zero point off (zero x the row's sum of codes over the group), then one fused multiply-add
+#define TAPS_TOTAL(r, la, lb, ha, hb)                                                                          \
+  if constexpr (R > r) {                                                                                       \
+    const __m512i xs = _mm512_set1_epi32(xsum[r * G + g]);                                                     \
+    const __m512i d0 = _mm512_sub_epi32(_mm512_add_epi32(la, ha), _mm512_mullo_epi32(z0, xs));                 \
+    const __m512i d1 = _mm512_sub_epi32(_mm512_add_epi32(lb, hb), _mm512_mullo_epi32(z1, xs));                 \
+    _mm512_storeu_ps(total[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), s0, _mm512_loadu_ps(total[r])));       \
+    _mm512_storeu_ps(total[r] + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), s1, _mm512_loadu_ps(total[r] + 16))); \
   }
-  for (int r = 0; r < R; ++r) {
-    const __m512 xs = _mm512_set1_ps(xscale[r]);
-    _mm512_storeu_ps(out + r * N, _mm512_mul_ps(total[r][0], xs));
-    _mm512_storeu_ps(out + r * N + 16, _mm512_mul_ps(total[r][1], xs));
+    TAPS_TOTAL(0, l00, l01, h00, h01)
+    TAPS_TOTAL(1, l10, l11, h10, h11)
+    TAPS_TOTAL(2, l20, l21, h20, h21)
+    TAPS_TOTAL(3, l30, l31, h30, h31)
+#undef TAPS_TOTAL
   }
 }
 
-at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& x_scale, const at::Tensor& weight,
-                       const at::Tensor& scales, const at::Tensor& zeros, int64_t group) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kChar && x.is_contiguous(), "x: contiguous int8 [M, K]");
-  TORCH_CHECK(x_scale.scalar_type() == at::kFloat && x_scale.is_contiguous() && x_scale.numel() == x.size(0),
-              "x_scale: float32 [M]");
+// float32 -> bfloat16 rounded to nearest even, as c10::BFloat16 (and so tensor.to(torch.bfloat16)) rounds
+inline uint16_t to_bfloat16(float f) {
+  if (f != f) return 0x7FC0;
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
+
+inline __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
+inline __m512 load16(const at::BFloat16* x) {  // bfloat16 -> float32: the same bits shifted up, exact
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+// Row m of x [M, K] (float32 or bfloat16) rounded to int8 by its own scale, as taps.weightonly._round_rows:
+// scale = max(max |x|, 1e-12) / 127 in float32, codes = x / scale (a true division) rounded half to even;
+// and its codes' sum per group. K is a multiple of 16 (of the group).
+template <typename T>
+void round_row(const T* x, int64_t K, int64_t group, int8_t* codes, float* scale, int32_t* sums) {
+  __m512 peak = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) peak = _mm512_max_ps(peak, _mm512_abs_ps(load16(x + k)));
+  const float s = std::max(_mm512_reduce_max_ps(peak), 1e-12f) / 127.0f;
+  *scale = s;
+  const __m512 sv = _mm512_set1_ps(s);
+  for (int64_t g = 0; g < K / group; ++g) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t k = g * group; k < (g + 1) * group; k += 16) {
+      const __m512 q = _mm512_roundscale_ps(_mm512_div_ps(load16(x + k), sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i c = _mm512_cvtps_epi32(q);  // integers in -127..127
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + k), _mm512_cvtsepi32_epi8(c));
+      sum = _mm512_add_epi32(sum, c);
+    }
+    sums[g] = _mm512_reduce_add_epi32(sum);
+  }
+}
+
+at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
+                       const at::Tensor& zeros, int64_t group) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "x: contiguous float32 or bfloat16 [M, K]");
   TORCH_CHECK(weight.dim() == 3 && weight.scalar_type() == at::kByte && weight.is_contiguous() &&
                   weight.size(1) * 8 == x.size(1) && weight.size(2) == 128,
               "weight: packed uint8 [N/32, K/8, 128]");
@@ -76,36 +132,49 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& x_scale, const at:
               "scales: float32 [N/32, K/group, 32]");
   TORCH_CHECK(zeros.scalar_type() == at::kInt && zeros.is_contiguous() && zeros.numel() == N * G,
               "zeros: int32 [N/32, K/group, 32]");
-  const int8_t* xp = x.data_ptr<int8_t>();
-  std::vector<int32_t> xsum(M * G);  // [M, G]: each row's sum of codes per group, for the zero points
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t g = 0; g < G; ++g) {
-      int32_t s = 0;
-      for (int64_t k = 0; k < group; ++k) s += xp[m * K + g * group + k];
-      xsum[m * G + g] = s;
+  std::vector<int8_t> codes(M * K);
+  std::vector<float> row_scale(M);
+  std::vector<int32_t> xsum(M * G);  // [M, G]
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  at::parallel_for(0, M, std::max<int64_t>(1, 32768 / K), [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      if (bf16)
+        round_row(x.data_ptr<at::BFloat16>() + m * K, K, group, codes.data() + m * K, &row_scale[m], &xsum[m * G]);
+      else
+        round_row(x.data_ptr<float>() + m * K, K, group, codes.data() + m * K, &row_scale[m], &xsum[m * G]);
     }
-  at::Tensor out = at::empty({M, N}, x.options().dtype(at::kFloat));
-  const float* xs = x_scale.data_ptr<float>();
+  });
+  at::Tensor out = at::empty({M, N}, x.options());
   const uint8_t* wp = weight.data_ptr<uint8_t>();
   const float* sp = scales.data_ptr<float>();
   const int32_t* zp = zeros.data_ptr<int32_t>();
-  float* op = out.data_ptr<float>();
   // blocks of output channels across threads; in each block every row, 4 at a time: the block's weights
   // (K * 16 bytes) come from memory once and from cache for the next rows
   at::parallel_for(0, weight.size(0), 1, [&](int64_t begin, int64_t end) {
+    float total[4][kBlock];
     for (int64_t b = begin; b < end; ++b) {
       const uint8_t* wb = wp + b * (K / 8) * 128;
       const float* sb = sp + b * G * kBlock;
       const int32_t* zb = zp + b * G * kBlock;
       for (int64_t m = 0; m < M; m += 4) {
-        const int8_t* xm = xp + m * K;
+        const int8_t* xm = codes.data() + m * K;
         const int32_t* sm = xsum.data() + m * G;
-        float* om = op + m * N + b * kBlock;
-        switch (std::min<int64_t>(4, M - m)) {
-          case 4: block_rows<4>(xm, K, sm, G, xs + m, wb, sb, zb, group, om, N); break;
-          case 3: block_rows<3>(xm, K, sm, G, xs + m, wb, sb, zb, group, om, N); break;
-          case 2: block_rows<2>(xm, K, sm, G, xs + m, wb, sb, zb, group, om, N); break;
-          default: block_rows<1>(xm, K, sm, G, xs + m, wb, sb, zb, group, om, N);
+        const int64_t rows = std::min<int64_t>(4, M - m);
+        switch (rows) {
+          case 4: block_rows<4>(xm, K, sm, G, wb, sb, zb, group, total); break;
+          case 3: block_rows<3>(xm, K, sm, G, wb, sb, zb, group, total); break;
+          case 2: block_rows<2>(xm, K, sm, G, wb, sb, zb, group, total); break;
+          default: block_rows<1>(xm, K, sm, G, wb, sb, zb, group, total);
+        }
+        for (int64_t r = 0; r < rows; ++r) {  // the row's scale last, then its dtype
+          const float s = row_scale[m + r];
+          if (bf16) {
+            uint16_t* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + (m + r) * N + b * kBlock;
+            for (int j = 0; j < kBlock; ++j) o[j] = to_bfloat16(total[r][j] * s);
+          } else {
+            float* o = out.data_ptr<float>() + (m + r) * N + b * kBlock;
+            for (int j = 0; j < kBlock; ++j) o[j] = total[r][j] * s;
+          }
         }
       }
     }
@@ -116,7 +185,7 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& x_scale, const at:
 }  // namespace
 
 TORCH_LIBRARY(taps, m) {
-  m.def("w4a8_linear(Tensor x, Tensor x_scale, Tensor weight, Tensor scales, Tensor zeros, int group) -> Tensor");
+  m.def("w4a8_linear(Tensor x, Tensor weight, Tensor scales, Tensor zeros, int group) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(taps, CPU, m) { m.impl("w4a8_linear", &w4a8_linear); }
