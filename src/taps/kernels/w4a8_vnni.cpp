@@ -28,9 +28,10 @@ constexpr int kBlock = 32;  // output channels per packed block: two zmm of int3
 // register and back on every call
 inline void dpbusd(__m512i& sum, __m512i u8, __m512i s8) { asm("vpdpbusd %2, %1, %0" : "+v"(sum) : "v"(u8), "v"(s8)); }
 
-// rows m0..m0+R-1 (R <= 4) times one block of 32 output channels -> their float32 totals, before the row's
-// scale. Four int32 sums a row (two halves x low and high nibbles), each a named variable: GCC 12 kept
-// arrays of them on the stack, and independent chains keep vpdpbusd's pipes full.
+// rows m0..m0+R-1 (R <= 8) times one block of 32 output channels -> their float32 totals, before the row's
+// scale. Two int32 sums a row (the block's halves), each a named variable: GCC 12 kept arrays of them on
+// the stack. Eight rows a pass read the block's weights once for a tree of up to 7 nodes and unpack each
+// 64 bytes of them for 32 products.
 template <int R>
 void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, const uint8_t* w, const float* scales,
                 const int32_t* zeros, int64_t group, float (*total)[kBlock]) {
@@ -38,8 +39,8 @@ void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, cons
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < kBlock; ++j) total[r][j] = 0.0f;
   for (int64_t g = 0; g < G; ++g) {
-    __m512i l00, l01, h00, h01, l10, l11, h10, h11, l20, l21, h20, h21, l30, l31, h30, h31;
-    l00 = l01 = h00 = h01 = l10 = l11 = h10 = h11 = l20 = l21 = h20 = h21 = l30 = l31 = h30 = h31 = _mm512_setzero_si512();
+    __m512i a0, b0, a1, b1, a2, b2, a3, b3, a4, b4, a5, b5, a6, b6, a7, b7;
+    a0 = b0 = a1 = b1 = a2 = b2 = a3 = b3 = a4 = b4 = a5 = b5 = a6 = b6 = a7 = b7 = _mm512_setzero_si512();
     const uint8_t* wg = w + g * (group / 8) * 128;
     const int8_t* xg = x + g * group;
     for (int64_t o = 0; o < group / 8; ++o) {
@@ -47,38 +48,34 @@ void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, cons
       const __m512i lo0 = _mm512_and_si512(v0, nibble), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nibble);
       const __m512i lo1 = _mm512_and_si512(v1, nibble), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nibble);
       // row r's inputs k..k+3 against the low nibbles, k+4..k+7 against the high ones
-#define TAPS_ROW(r, la, lb, ha, hb)                                                              \
+#define TAPS_ROW(r, a, b)                                                                        \
   if constexpr (R > r) {                                                                         \
     int32_t first, second;                                                                       \
     __builtin_memcpy(&first, xg + r * K + o * 8, 4);                                             \
     __builtin_memcpy(&second, xg + r * K + o * 8 + 4, 4);                                        \
-    const __m512i a0 = _mm512_set1_epi32(first), a1 = _mm512_set1_epi32(second);                 \
-    dpbusd(la, lo0, a0);                                                                         \
-    dpbusd(lb, lo1, a0);                                                                         \
-    dpbusd(ha, hi0, a1);                                                                         \
-    dpbusd(hb, hi1, a1);                                                                         \
+    const __m512i x0 = _mm512_set1_epi32(first), x1 = _mm512_set1_epi32(second);                 \
+    dpbusd(a, lo0, x0);                                                                          \
+    dpbusd(b, lo1, x0);                                                                          \
+    dpbusd(a, hi0, x1);                                                                          \
+    dpbusd(b, hi1, x1);                                                                          \
   }
-      TAPS_ROW(0, l00, l01, h00, h01)
-      TAPS_ROW(1, l10, l11, h10, h11)
-      TAPS_ROW(2, l20, l21, h20, h21)
-      TAPS_ROW(3, l30, l31, h30, h31)
+      TAPS_ROW(0, a0, b0) TAPS_ROW(1, a1, b1) TAPS_ROW(2, a2, b2) TAPS_ROW(3, a3, b3)
+      TAPS_ROW(4, a4, b4) TAPS_ROW(5, a5, b5) TAPS_ROW(6, a6, b6) TAPS_ROW(7, a7, b7)
 #undef TAPS_ROW
     }
     const __m512i z0 = _mm512_loadu_si512(zeros + g * kBlock), z1 = _mm512_loadu_si512(zeros + g * kBlock + 16);
     const __m512 s0 = _mm512_loadu_ps(scales + g * kBlock), s1 = _mm512_loadu_ps(scales + g * kBlock + 16);
     // the zero point off (zero x the row's sum of codes over the group), then one fused multiply-add
-#define TAPS_TOTAL(r, la, lb, ha, hb)                                                                          \
+#define TAPS_TOTAL(r, a, b)                                                                                    \
   if constexpr (R > r) {                                                                                       \
     const __m512i xs = _mm512_set1_epi32(xsum[r * G + g]);                                                     \
-    const __m512i d0 = _mm512_sub_epi32(_mm512_add_epi32(la, ha), _mm512_mullo_epi32(z0, xs));                 \
-    const __m512i d1 = _mm512_sub_epi32(_mm512_add_epi32(lb, hb), _mm512_mullo_epi32(z1, xs));                 \
+    const __m512i d0 = _mm512_sub_epi32(a, _mm512_mullo_epi32(z0, xs));                                        \
+    const __m512i d1 = _mm512_sub_epi32(b, _mm512_mullo_epi32(z1, xs));                                        \
     _mm512_storeu_ps(total[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), s0, _mm512_loadu_ps(total[r])));       \
     _mm512_storeu_ps(total[r] + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), s1, _mm512_loadu_ps(total[r] + 16))); \
   }
-    TAPS_TOTAL(0, l00, l01, h00, h01)
-    TAPS_TOTAL(1, l10, l11, h10, h11)
-    TAPS_TOTAL(2, l20, l21, h20, h21)
-    TAPS_TOTAL(3, l30, l31, h30, h31)
+    TAPS_TOTAL(0, a0, b0) TAPS_TOTAL(1, a1, b1) TAPS_TOTAL(2, a2, b2) TAPS_TOTAL(3, a3, b3)
+    TAPS_TOTAL(4, a4, b4) TAPS_TOTAL(5, a5, b5) TAPS_TOTAL(6, a6, b6) TAPS_TOTAL(7, a7, b7)
 #undef TAPS_TOTAL
   }
 }
@@ -148,19 +145,23 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   const uint8_t* wp = weight.data_ptr<uint8_t>();
   const float* sp = scales.data_ptr<float>();
   const int32_t* zp = zeros.data_ptr<int32_t>();
-  // blocks of output channels across threads; in each block every row, 4 at a time: the block's weights
+  // blocks of output channels across threads; in each block every row, 8 at a time: the block's weights
   // (K * 16 bytes) come from memory once and from cache for the next rows
   at::parallel_for(0, weight.size(0), 1, [&](int64_t begin, int64_t end) {
-    float total[4][kBlock];
+    float total[8][kBlock];
     for (int64_t b = begin; b < end; ++b) {
       const uint8_t* wb = wp + b * (K / 8) * 128;
       const float* sb = sp + b * G * kBlock;
       const int32_t* zb = zp + b * G * kBlock;
-      for (int64_t m = 0; m < M; m += 4) {
+      for (int64_t m = 0; m < M; m += 8) {
         const int8_t* xm = codes.data() + m * K;
         const int32_t* sm = xsum.data() + m * G;
-        const int64_t rows = std::min<int64_t>(4, M - m);
+        const int64_t rows = std::min<int64_t>(8, M - m);
         switch (rows) {
+          case 8: block_rows<8>(xm, K, sm, G, wb, sb, zb, group, total); break;
+          case 7: block_rows<7>(xm, K, sm, G, wb, sb, zb, group, total); break;
+          case 6: block_rows<6>(xm, K, sm, G, wb, sb, zb, group, total); break;
+          case 5: block_rows<5>(xm, K, sm, G, wb, sb, zb, group, total); break;
           case 4: block_rows<4>(xm, K, sm, G, wb, sb, zb, group, total); break;
           case 3: block_rows<3>(xm, K, sm, G, wb, sb, zb, group, total); break;
           case 2: block_rows<2>(xm, K, sm, G, wb, sb, zb, group, total); break;
