@@ -415,9 +415,16 @@ def environment(cfg: BenchConfig) -> dict:
         "seed": cfg.seed,
         "rollout": {"steps": cfg.rollout_steps, "reach": cfg.rollout_reach},
         **({"llama_cpp": llama_cpp_build()} if cfg.llama_peers else {}),
-        # w4a8's kernel is torchao's, built from source (taps.weightonly.W4A8Product)
-        **({"torchao": version("torchao")} if "w4a8" in (cfg.target_quant, cfg.drafter_quant) else {}),
+        # w4a8's kernel: torchao's (built from source) or taps' own (taps.weightonly.w4a8_kernel)
+        **({"w4a8_kernel": w4a8_build()} if "w4a8" in (cfg.target_quant, cfg.drafter_quant) else {}),
     }
+
+
+def w4a8_build() -> str:
+    """Which kernel multiplies w4a8 here: "torchao VERSION" or "taps.vnni"."""
+    from taps.weightonly import w4a8_kernel
+
+    return f"torchao {version('torchao')}" if w4a8_kernel() == "torchao" else "taps.vnni"
 
 
 def llama_cpp_build() -> str:

@@ -179,7 +179,7 @@ def _add_load_options(p, drafter_help: str) -> None:
     p.add_argument("--target-quant", choices=list(TARGET_QUANT), default="none",
                    help="the target's weights in int8 or int4, or w8a8 (int8 weights and per-row int8 activations: "
                         "cheap tree rows) on PyTorch's CPU kernels, or w4a8 (int4 weights, per-row int8 activations; "
-                        "torchao's kernel: AMX and make install-torchao); CPU only: faster rounds; the output is that "
+                        "AVX-512 VNNI, or AMX with make install-torchao); CPU only: faster rounds; the output is that "
                         "quantized model's own (none)")
     p.add_argument("--rollout-steps", type=bounded(int, 0, MAX_BUDGET), default=64,
                    help="methods with +rollout: most greedy drafter steps after the block pass, at most budget - 1 (64)")

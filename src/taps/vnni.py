@@ -2,19 +2,31 @@
 where torchao's is not (taps.weightonly.W4A8Product; the C++ is kernels/w4a8_vnni.cpp).
 
 Why a kernel of our own: on a CPU without AMX nothing maintained multiplies int4 weights by a tree's
-rows cheaply. PyTorch's `_weight_int4pack_mm_for_cpu` (`int4`) pays per row (its 31-node tree of the
-1.5B cost 11x a token on a Zen 5 EPYC), oneDNN's int8 product reads twice int4's bytes, and torchao's
-`da8w4_linear_cpu` runs its VNNI micro-kernel only where the CPU has AMX (a scalar loop elsewhere:
-da8w4_linear.cpp, torchao v0.18.0). One layer, weights out of cache (8 copies cycled), 2 threads of a
-2-core AMD EPYC Zen 5 (avx512_vnni, no AMX), ms by rows (scratch, session 46):
+rows cheaply. PyTorch's `_weight_int4pack_mm_for_cpu` (`int4`) pays per row (a 31-node tree of the
+1.5B cost 11x a token on a Zen 5 EPYC, results/quantized-targets/zen5), oneDNN's int8 product
+(`w8a8`) reads twice int4's bytes, and torchao's `da8w4_linear_cpu` runs its VNNI micro-kernel only
+where the CPU has AMX (a scalar loop elsewhere: da8w4_linear.cpp, torchao v0.18.0). Measured on a
+2-core AMD EPYC Zen 5 (avx512_vnni, no AMX), 2 threads, session 46: the products of one forward of
+Qwen2.5-Coder-1.5B (28 x (q/k/v as one, o, gate/up as one, down) + the head; random weights, 0.8 GB,
+out of cache), bfloat16 rows, ms by rows:
 
-    rows                         1     4     8    16    32    64
-    8960x1536 this, g 128     0.10  0.14  0.27  0.42  0.71  1.31
-    1536x8960 this, g 128     0.10  0.16  0.27  0.41  0.71  1.24
+    rows                                   1     4     8    16    32
+    4 rows a pass, 4 sums a row         20.8  25.7  36.0  51.4  80.9
+    8 rows a pass, 2 sums a row         21.2  26.1  30.8  49.3  81.6
+    the same, another run               15.4  24.4  32.0  52.3  82.9
+    + weights prefetched 8 KB ahead     16.3  20.3  20.0  34.7  65.6   (kept; 2 KB: 14.6 17.5 21.9 38.7 69.1)
 
-How: each block of 32 output channels keeps two codes a byte, laid out so that one 64-byte load
-gives, after a mask and a shift, the codes of 16 channels x 4 inputs twice; `vpdpbusd` multiplies
-them (unsigned) by 4 of a row's int8 codes broadcast (signed) and sums in int32. Per group of inputs
+(Rows of one line are one process, interleaved; one row moves between 15 and 21 ms from process to
+process.) One row reads the weights at 38-53 GB/s (memory-bound); 8 rows now cost little more, and
+from 16 rows on a row costs ~1.5 ms. The whole w4a8 target (`taps profile`, after 256 tokens, w4a8
+drafter): a token 24-29 ms, 7 drafted nodes 50-57, 31 nodes 122-159, against w8a8's 39.8 / 73.4 /
+174.3 and int4's 32.9 / 99.9 / 376.0 on the same machine kind (session 45).
+
+How: each row is rounded to int8 in the kernel exactly as taps.weightonly._round_rows rounds (its
+float32 scale, a true division, half to even: tested), one call a product. Each block of 32 output
+channels keeps two codes a byte, laid out so that one 64-byte load gives, after a mask and a shift,
+the codes of 16 channels x 4 inputs twice; `vpdpbusd` multiplies them (unsigned) by 4 of a row's int8
+codes broadcast (signed) and sums in int32, for 8 rows a pass over the block. Per group of inputs
 the zero point comes off as zero x the row's sum of codes, and the group's int32 sum joins the row's
 float32 total by one fused multiply-add with the channel's scale, groups in input order; the total
 is multiplied by the row's scale last. Rows stay independent, bit for bit: every row runs those same
@@ -22,7 +34,9 @@ operations whatever the number of rows or which rows share a tile (tests/test_we
 to 64 rows); the int32 sums are exact (|sum| <= 128 x 127 x 15 per group).
 
 Built at first use by `torch.utils.cpp_extension` (a C++ compiler and ninja; ~5 s on 2 cores),
-then loaded from its cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions).
+then loaded from its cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions). The source
+keeps two GCC 12 workarounds that the measurements above needed: vpdpbusd in place through inline
+assembly, and accumulators as named variables (arrays of them were copied or kept on the stack).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A quantized target: its linear layers' weights in int8 or int4, multiplied by PyTorch's own CPU
-kernels, or torchao's for w4a8 (`--target-quant`, docs/method.md section 12).
+kernels, or for w4a8 torchao's or taps' own (`--target-quant`, docs/method.md section 12).
 
 Why: on a CPU a target forward over one token or a small tree is bound by reading the weights,
 so the bytes per weight set the price of every round. int8 halves bfloat16's bytes, int4 quarters
@@ -46,8 +46,9 @@ Rows stay independent: a row's scale is its own, and int8 products summed in int
 a row's result is the same bits alone or batched whatever the kernel's order. Its activations are
 rounded too, so w8a8 is another model again; lossless is against it, as for int8 and int4.
 
-"w4a8" rounds the activation rows as w8a8 does and multiplies them by int4 weights on torchao's
-CPU kernel (`W4A8Product`): half of w8a8's bytes a token, tree rows on AMX tiles. torchao's x86
+"w4a8" rounds the activation rows as w8a8 does and multiplies them by int4 weights (`W4A8Product`):
+half of w8a8's bytes a token, and a tree's rows on int8 products, on torchao's CPU kernel where the
+CPU has AMX (its tiles) and on taps' own AVX-512 VNNI kernel elsewhere (taps.vnni). torchao's x86
 wheels (PyPI, download.pytorch.org) leave its C++ CPU kernels out: torchao 0.18.0 from PyPI
 registers no CPU op (checked 2026-12-02), so `make install-torchao` builds it from source with
 them (session 44).

@@ -23,6 +23,7 @@
 namespace {
 
 constexpr int kBlock = 32;  // output channels per packed block: two zmm of int32 lanes
+constexpr int kAhead = 8192;  // bytes of weights prefetched ahead of the ones being multiplied
 
 // sum += u8 x s8 products, in place: GCC 12 copies the accumulator of _mm512_dpbusd_epi32 to a new
 // register and back on every call
@@ -44,6 +45,10 @@ void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, cons
     const uint8_t* wg = w + g * (group / 8) * 128;
     const int8_t* xg = x + g * group;
     for (int64_t o = 0; o < group / 8; ++o) {
+      // 8 KB ahead (the thread's next blocks follow in memory): hardware prefetch alone left the product
+      // of 8 rows waiting on memory, 32 -> 20 ms for the 1.5B's products (taps.vnni)
+      _mm_prefetch(reinterpret_cast<const char*>(wg + o * 128 + kAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wg + o * 128 + kAhead + 64), _MM_HINT_T0);
       const __m512i v0 = _mm512_loadu_si512(wg + o * 128), v1 = _mm512_loadu_si512(wg + o * 128 + 64);
       const __m512i lo0 = _mm512_and_si512(v0, nibble), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nibble);
       const __m512i lo1 = _mm512_and_si512(v1, nibble), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nibble);
