@@ -249,33 +249,46 @@ def test_w4a8_is_refused_where_no_kernel_runs(monkeypatch, fresh_w4a8_probe):
     monkeypatch.setitem(__import__("sys").modules, "torchao", None)  # import fails: as if not installed
     with pytest.raises(ValueError, match=r"w4a8 needs torchao built with its CPU kernels.*make install-torchao"):
         quantize_weights(model, "w4a8")
+    w4a8_kernel.cache_clear()
+    monkeypatch.setenv("TAPS_W4A8_KERNEL", "fast")
+    with pytest.raises(ValueError, match=r"TAPS_W4A8_KERNEL='fast': choose auto, torchao or vnni"):
+        quantize_weights(model, "w4a8")
     assert target_quant_of(model) == "none"  # untouched
 
 
 @needs_w4a8
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_vnni_kernel_sums_the_worst_case_exactly_and_rounds_rows_as_w8a8(dtype):
-    """taps.vnni on extreme codes (weights 0 and 15, zero points 0..15, activations +-127 after rounding):
-    with unit weight scales every total is an integer below 2^24 times the row's scale, so the kernel
-    must equal int64 arithmetic on `_round_rows`' codes; a wrong nibble order, a saturating product, a
-    dropped zero point or a row rounded otherwise would not."""
+    """taps.vnni on extreme codes (0 and 15, minimums -15..0, activations near +-127 after rounding):
+    with unit scales every total is an integer below 2^24 times the row's scale, so the kernel must
+    equal int64 arithmetic on `_round_rows`' codes; a wrong nibble order, a saturating product, a
+    dropped minimum or a row rounded otherwise would not."""
     from taps import vnni
 
     if vnni.load() is not None:
         pytest.skip(vnni.load())
     g = torch.Generator().manual_seed(0)
-    n, k, group = 64, 256, 128
+    n, k, group = 64, 256, 32
     codes = (torch.randint(0, 2, (n, k), generator=g) * 15).to(torch.uint8)  # [N, K]
-    zero = torch.randint(0, 16, (n, k // group), generator=g)  # [N, K/g]
+    low = -torch.randint(0, 16, (n, k // group), generator=g)  # [N, K/g]: w = low + code
     rows = torch.randn(33, k, generator=g).to(dtype)  # [33, K]
     rows[:, 0] = 9.0  # the peak of every row: its scale 9/127, so many codes near +-127
     x, x_scale = _round_rows(rows)  # the same codes the kernel makes
-    ints = x.long() @ (codes.long() - zero.repeat_interleave(group, 1)).T  # [33, N]
+    ints = x.long() @ (codes.long() + low.repeat_interleave(group, 1)).T  # [33, N]
     want = (ints.float() * x_scale).to(dtype)
-    got = vnni.linear(rows, vnni.pack(codes, torch.ones(n, k // group), zero, group), group)
+    got = vnni.linear(rows, vnni.pack(codes, torch.ones(n, k // group), low, group), group)
     assert got.dtype == dtype and torch.equal(got, want)
-    without_zero = ((x.long() @ codes.long().T).float() * x_scale).to(dtype)
-    assert not torch.equal(got, without_zero)  # negative control: the zero points count
+    without_low = ((x.long() @ codes.long().T).float() * x_scale).to(dtype)
+    assert not torch.equal(got, without_low)  # negative control: the minimums count
+
+
+@needs_w4a8
+def test_w4a8_on_the_vnni_kernel_keeps_the_head_in_int8():
+    """Under taps.vnni the LM head is w8a8 (a 4-bit file's head is finer than 4 bits), the rest w4a8."""
+    model = quantized("w4a8", vocab=64)
+    schemes = {name: m.scheme for name, m in model.named_modules() if isinstance(m, WeightOnlyLinear)}
+    head = "w8a8" if w4a8_kernel() == "vnni" else "w4a8"
+    assert schemes.pop("lm_head") == head and set(schemes.values()) == {"w4a8"} and target_quant_of(model) == "w4a8"
 
 
 @needs_w4a8

@@ -65,10 +65,10 @@ def load() -> str | None:
     return None
 
 
-def pack(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
-    """int4 codes [N, K] (uint8, 0..15), scales and zero points [N, K / group] -> the kernel's layouts
-    (kernels/w4a8_vnni.cpp): weight [N/32, K/8, 128] uint8, scales [N/32, K/group, 32] float32, zeros
-    [N/32, K/group, 32] int32."""
+def pack(codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
+    """int4 codes [N, K] (uint8, 0..15) of w = low + code * scale, scales and minimums [N, K / group] ->
+    the kernel's layouts (kernels/w4a8_vnni.cpp): weight [N/32, K/8, 128] uint8, scales and minimums
+    [N/32, K/group, 32] float32."""
     n, k = codes.shape
     # [block, half, lane, octet, nibble, i] -> [block, octet, half, lane, i, nibble]: input 8o+i in the low
     # nibble of byte 4 * lane + i, input 8o+4+i in its high nibble
@@ -76,9 +76,9 @@ def pack(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group: in
     weight = (c[..., 0] | (c[..., 1] << 4)).reshape(n // BLOCK, k // 8, 128).contiguous()
 
     def by_block(per_group: torch.Tensor) -> torch.Tensor:  # [N, K/g] -> [N/32, K/g, 32]
-        return per_group.reshape(n // BLOCK, BLOCK, k // group).transpose(1, 2).contiguous()
+        return per_group.float().reshape(n // BLOCK, BLOCK, k // group).transpose(1, 2).contiguous()
 
-    return weight, by_block(scale.float()), by_block(zero.to(torch.int32))
+    return weight, by_block(scale), by_block(low)
 
 
 def linear(rows: torch.Tensor, packed: tuple[torch.Tensor, ...], group: int) -> torch.Tensor:

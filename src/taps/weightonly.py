@@ -82,6 +82,19 @@ def _round_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x / x_scale).round_(), x_scale
 
 
+def _int4_grid(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """weight [N, K] -> int4 codes [N, K] (float integers 0..15), scales and minimums [N, K / group]
+    (float32) of w = low + code * scale: per group of inputs its own range, 15 steps from its minimum
+    to its maximum (a weight that came from a 4-bit file whose group uses its codes 0 and 15, as most
+    of a Q4_K file's do, lands on its own grid again)."""
+    n, k = weight.shape
+    groups = weight.float().reshape(n, k // group, group)  # [N, K/g, g]
+    low, high = groups.amin(-1), groups.amax(-1)  # [N, K/g]
+    scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
+    codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, _INT4_LEVELS)
+    return codes.reshape(n, k), scale, low
+
+
 def _int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 weight [N, K] -> int8 codes [N, K] and one symmetric scale per row [N] (max |w| / 127)."""
     scale = weight.abs().amax(1).clamp(min=1e-12) / 127  # [N]
@@ -156,18 +169,24 @@ class W4A8Product:
 
     def __init__(self, weight: torch.Tensor, kernel: str | None = None):
         n, k = weight.shape
+        self.kernel = kernel or w4a8_kernel()  # "torchao" or "vnni"
+        if self.kernel == "vnni":  # int4's grid: w = low + code * scale, groups of 32
+            if (why := vnni.load()) is not None:
+                raise RuntimeError(f"taps.vnni's kernel does not run here: {why}")
+            self.group = GROUP_SIZE
+            codes, scale, low = _int4_grid(weight, self.group)
+            self.packed = vnni.pack(codes.to(torch.uint8), scale, low, self.group)
+            self.scales = scale  # [N, K/g] float32
+            return
         self.group = next(g for g in W4A8_GROUPS if k % g == 0)
         groups = weight.float().reshape(n, k // self.group, self.group)  # [N, K/g, g]
         low, high = groups.amin(-1).clamp(max=0), groups.amax(-1).clamp(min=0)  # [N, K/g], 0 inside
         scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
         zero = (-low / scale).round().clamp(0, _INT4_LEVELS)  # [N, K/g]
         codes = (groups / scale[..., None] + zero[..., None]).round().clamp(0, _INT4_LEVELS)  # [N, K/g, g]
-        codes = codes.reshape(n, k).to(torch.uint8)
-        self.kernel = kernel or w4a8_kernel()  # "torchao" or "vnni"
-        if self.kernel == "torchao":  # weight, scales, zeros, compensation
-            self.packed = torch.ops.torchao.da8w4_linear_prepack_cpu(codes, scale, zero.to(torch.int8))
-        else:
-            self.packed = vnni.pack(codes, scale, zero, self.group)
+        # weight, scales, zeros, compensation
+        self.packed = torch.ops.torchao.da8w4_linear_prepack_cpu(codes.reshape(n, k).to(torch.uint8), scale,
+                                                                zero.to(torch.int8))
         self.scales = scale  # [N, K/g] float32
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
@@ -289,13 +308,9 @@ class WeightOnlyLinear(nn.Module):
             self.register_buffer("scales", scale.to(dtype))  # [N]
             self.register_buffer("qweight", qweight)
         elif scheme == "int4":
-            n, k = linear.weight.shape
-            groups = linear.weight.detach().float().reshape(n, k // group_size, group_size)  # [N, K/g, g]
-            low, high = groups.amin(-1), groups.amax(-1)  # [N, K/g]
-            scale = ((high - low) / _INT4_LEVELS).clamp(min=1e-12)
-            codes = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, _INT4_LEVELS)
+            codes, scale, low = _int4_grid(linear.weight.detach(), group_size)
             self.register_buffer("qweight", torch._convert_weight_to_int4pack_for_cpu(
-                codes.reshape(n, k).to(torch.int32), 1))  # packed two codes a byte
+                codes.to(torch.int32), 1))  # packed two codes a byte
             zero = low + 8 * scale  # so that (c - 8) * scale + zero = low + c * scale
             self.register_buffer("scales", torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dtype))
         else:
@@ -447,9 +462,14 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
             raise ValueError(f"{option} {scheme} needs layers with inputs a multiple of {inputs} and outputs a "
                              f"multiple of {outputs}; this model has (inputs, outputs) {odd}; use {option} {instead}")
     shared = _shared_inputs(model, scheme) if scheme in PRODUCTS else {}
+    # w4a8 on taps.vnni keeps the LM head in int8 (w8a8): 4-bit files keep theirs finer (Q4_K_M: Q6_K), and
+    # in 4 bits it alone took the 1.5B's next-token agreement with its float model from 0.972 to 0.961
+    # (fake-quantized, results/quantized-targets/zen5); its int8 bytes cost ~2 ms a token there
+    head = model.get_output_embeddings() if scheme == "w4a8" and w4a8_kernel() == "vnni" else None
     for name, linear in linears:
         parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, WeightOnlyLinear(linear, scheme, group_size, *shared.get(name, ())))
+        own = "w8a8" if linear is head else scheme
+        setattr(model.get_submodule(parent), child, WeightOnlyLinear(linear, own, group_size, *shared.get(name, ())))
     # tied input embeddings keep the float weight: only the head's copy is quantized
     model.config.tie_word_embeddings = False
     if rowwise:  # every linear now computes each row alone; with attention that does too

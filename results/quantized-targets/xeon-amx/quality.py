@@ -7,12 +7,14 @@ answers' tokens. llama.cpp reads them too, on the GGUF file itself (its own kern
 weights, 8-bit activations).
 
     .venv/bin/python results/quantized-targets/xeon-amx/quality.py     # -> quality.jsonl, prints a table
-
+    OUT=results/quantized-targets/zen5 VARIANTS=bfloat16,w8a8,w4a8-g128 .venv/bin/python ...quality.py
+        # another CPU's folder (its none.jsonl, its quality.jsonl), some of the variants
 Variants: float32 (the reference itself), bfloat16, w8a8, int4 (weight-only, groups of 32), w4a8
-with groups of 128 (taps' default), 64 and 32. One JSON line per (variant, prompt); rerun to redo."""
+as this machine runs it, and on torchao (AMX) with groups of 128 (its default), 64 and 32. One JSON line per (variant, prompt); rerun to redo."""
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -22,11 +24,12 @@ from taps.assets import gguf_file, load_model
 from taps.datasets import load_prompts
 from taps.target import Target
 
-OUT = Path(__file__).with_name("quality.jsonl")
+OUT = Path(os.environ.get("OUT", Path(__file__).parent)) / "quality.jsonl"
 TARGET, N_NEW = "qwen2.5-coder-1.5b", 128
 VARIANTS = [("bfloat16", "none", None), ("w8a8", "w8a8", None), ("int4", "int4", None),
+            ("w4a8", "w4a8", None),  # on taps.vnni: groups of 32, the head in int8 (taps.weightonly)
             ("w4a8-g128", "w4a8", (128, 64, 32)), ("w4a8-g64", "w4a8", (64, 32)), ("w4a8-g32", "w4a8", (32,))]
-
+VARIANTS = [v for v in VARIANTS if v[0] in os.environ.get("VARIANTS", v[0]).split(",")]
 
 def prompts(target: Target) -> list[tuple[str, list[int]]]:
     return [(p.id, target.encode_chat([{"role": "user", "content": p.turns[0]}]))

@@ -1,14 +1,15 @@
 // int4 weights x int8 activation rows on AVX-512 VNNI: taps.vnni (its docstring says why and what was
 // measured). Built at first use by torch.utils.cpp_extension; registers torch.ops.taps.w4a8_linear.
 //
-// Layouts (weight, scales and zeros made by taps.vnni.pack):
+// Layouts (weight, scales and mins made by taps.vnni.pack):
 //   x        [M, K] float32 or bfloat16, each row rounded here to int8 codes by its own scale x_scale
 //   weight   [N/32, K/8, 128] uint8: for 32 output channels and 8 inputs k..k+7, two 64-byte halves (channels
 //            0-15 and 16-31 of the block); byte 4j+i of a half holds channel j's code of input k+i in its low
 //            nibble and of input k+4+i in its high nibble, codes 0..15
-//   scales   [N/32, K/group, 32] float32, zeros [N/32, K/group, 32] int32: w = (code - zero) * scale
-// out[m, n] = x_scale[m] * sum over groups g, in order, of float(sum_k x[m,k] * (code[n,k] - zero[n,g])) * scale[n,g],
-// the sum over a group exact in int32 (|.| <= 128 * 127 * 15), the sum over groups one fused multiply-add per group.
+//   scales, mins [N/32, K/group, 32] float32: w = min + code * scale
+// out[m, n] = x_scale[m] * sum over groups g, in order, of (float(sum_k x[m,k] * code[n,k]) * scale[n,g]
+//             + float(sum_k x[m,k]) * min[n,g]), each int32 sum exact (|.| <= 128 * 127 * 15), each group
+// two fused multiply-adds into the row's float32 total (the minimum's first).
 // A row's result is the same float operations whatever M is or which rows share its tile: rows stay independent.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -35,7 +36,7 @@ inline void dpbusd(__m512i& sum, __m512i u8, __m512i s8) { asm("vpdpbusd %2, %1,
 // 64 bytes of them for 32 products.
 template <int R>
 void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, const uint8_t* w, const float* scales,
-                const int32_t* zeros, int64_t group, float (*total)[kBlock]) {
+                const float* mins, int64_t group, float (*total)[kBlock]) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < kBlock; ++j) total[r][j] = 0.0f;
@@ -68,16 +69,16 @@ void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, cons
       TAPS_ROW(4, a4, b4) TAPS_ROW(5, a5, b5) TAPS_ROW(6, a6, b6) TAPS_ROW(7, a7, b7)
 #undef TAPS_ROW
     }
-    const __m512i z0 = _mm512_loadu_si512(zeros + g * kBlock), z1 = _mm512_loadu_si512(zeros + g * kBlock + 16);
+    const __m512 m0 = _mm512_loadu_ps(mins + g * kBlock), m1 = _mm512_loadu_ps(mins + g * kBlock + 16);
     const __m512 s0 = _mm512_loadu_ps(scales + g * kBlock), s1 = _mm512_loadu_ps(scales + g * kBlock + 16);
-    // the zero point off (zero x the row's sum of codes over the group), then one fused multiply-add
+    // the minimum times the row's sum of codes over the group, then the codes' sum times the scale
 #define TAPS_TOTAL(r, a, b)                                                                                    \
   if constexpr (R > r) {                                                                                       \
-    const __m512i xs = _mm512_set1_epi32(xsum[r * G + g]);                                                     \
-    const __m512i d0 = _mm512_sub_epi32(a, _mm512_mullo_epi32(z0, xs));                                        \
-    const __m512i d1 = _mm512_sub_epi32(b, _mm512_mullo_epi32(z1, xs));                                        \
-    _mm512_storeu_ps(total[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), s0, _mm512_loadu_ps(total[r])));       \
-    _mm512_storeu_ps(total[r] + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), s1, _mm512_loadu_ps(total[r] + 16))); \
+    const __m512 xs = _mm512_set1_ps(static_cast<float>(xsum[r * G + g]));                                     \
+    const __m512 t0 = _mm512_fmadd_ps(xs, m0, _mm512_loadu_ps(total[r]));                                     \
+    const __m512 t1 = _mm512_fmadd_ps(xs, m1, _mm512_loadu_ps(total[r] + 16));                                \
+    _mm512_storeu_ps(total[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), s0, t0));                               \
+    _mm512_storeu_ps(total[r] + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), s1, t1));                          \
   }
     TAPS_TOTAL(0, a0, b0) TAPS_TOTAL(1, a1, b1) TAPS_TOTAL(2, a2, b2) TAPS_TOTAL(3, a3, b3)
     TAPS_TOTAL(4, a4, b4) TAPS_TOTAL(5, a5, b5) TAPS_TOTAL(6, a6, b6) TAPS_TOTAL(7, a7, b7)
@@ -122,7 +123,7 @@ void round_row(const T* x, int64_t K, int64_t group, int8_t* codes, float* scale
 }
 
 at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       const at::Tensor& zeros, int64_t group) {
+                       const at::Tensor& mins, int64_t group) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
               "x: contiguous float32 or bfloat16 [M, K]");
   TORCH_CHECK(weight.dim() == 3 && weight.scalar_type() == at::kByte && weight.is_contiguous() &&
@@ -132,11 +133,11 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0) * kBlock, G = K / group;
   TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.numel() == N * G,
               "scales: float32 [N/32, K/group, 32]");
-  TORCH_CHECK(zeros.scalar_type() == at::kInt && zeros.is_contiguous() && zeros.numel() == N * G,
-              "zeros: int32 [N/32, K/group, 32]");
+  TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.is_contiguous() && mins.numel() == N * G,
+              "mins: float32 [N/32, K/group, 32]");
   std::vector<int8_t> codes(M * K);
   std::vector<float> row_scale(M);
-  std::vector<int32_t> xsum(M * G);  // [M, G]
+  std::vector<int32_t> xsum(M * G);  // [M, G]: each row's sum of codes per group, for the minimums
   const bool bf16 = x.scalar_type() == at::kBFloat16;
   at::parallel_for(0, M, std::max<int64_t>(1, 32768 / K), [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
@@ -149,7 +150,7 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   at::Tensor out = at::empty({M, N}, x.options());
   const uint8_t* wp = weight.data_ptr<uint8_t>();
   const float* sp = scales.data_ptr<float>();
-  const int32_t* zp = zeros.data_ptr<int32_t>();
+  const float* mp = mins.data_ptr<float>();
   // blocks of output channels across threads; in each block every row, 8 at a time: the block's weights
   // (K * 16 bytes) come from memory once and from cache for the next rows
   at::parallel_for(0, weight.size(0), 1, [&](int64_t begin, int64_t end) {
@@ -157,20 +158,20 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
     for (int64_t b = begin; b < end; ++b) {
       const uint8_t* wb = wp + b * (K / 8) * 128;
       const float* sb = sp + b * G * kBlock;
-      const int32_t* zb = zp + b * G * kBlock;
+      const float* mb = mp + b * G * kBlock;
       for (int64_t m = 0; m < M; m += 8) {
         const int8_t* xm = codes.data() + m * K;
         const int32_t* sm = xsum.data() + m * G;
         const int64_t rows = std::min<int64_t>(8, M - m);
         switch (rows) {
-          case 8: block_rows<8>(xm, K, sm, G, wb, sb, zb, group, total); break;
-          case 7: block_rows<7>(xm, K, sm, G, wb, sb, zb, group, total); break;
-          case 6: block_rows<6>(xm, K, sm, G, wb, sb, zb, group, total); break;
-          case 5: block_rows<5>(xm, K, sm, G, wb, sb, zb, group, total); break;
-          case 4: block_rows<4>(xm, K, sm, G, wb, sb, zb, group, total); break;
-          case 3: block_rows<3>(xm, K, sm, G, wb, sb, zb, group, total); break;
-          case 2: block_rows<2>(xm, K, sm, G, wb, sb, zb, group, total); break;
-          default: block_rows<1>(xm, K, sm, G, wb, sb, zb, group, total);
+          case 8: block_rows<8>(xm, K, sm, G, wb, sb, mb, group, total); break;
+          case 7: block_rows<7>(xm, K, sm, G, wb, sb, mb, group, total); break;
+          case 6: block_rows<6>(xm, K, sm, G, wb, sb, mb, group, total); break;
+          case 5: block_rows<5>(xm, K, sm, G, wb, sb, mb, group, total); break;
+          case 4: block_rows<4>(xm, K, sm, G, wb, sb, mb, group, total); break;
+          case 3: block_rows<3>(xm, K, sm, G, wb, sb, mb, group, total); break;
+          case 2: block_rows<2>(xm, K, sm, G, wb, sb, mb, group, total); break;
+          default: block_rows<1>(xm, K, sm, G, wb, sb, mb, group, total);
         }
         for (int64_t r = 0; r < rows; ++r) {  // the row's scale last, then its dtype
           const float s = row_scale[m + r];
@@ -191,7 +192,7 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
 }  // namespace
 
 TORCH_LIBRARY(taps, m) {
-  m.def("w4a8_linear(Tensor x, Tensor weight, Tensor scales, Tensor zeros, int group) -> Tensor");
+  m.def("w4a8_linear(Tensor x, Tensor weight, Tensor scales, Tensor mins, int group) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(taps, CPU, m) { m.impl("w4a8_linear", &w4a8_linear); }
