@@ -18,18 +18,25 @@ out of cache), bfloat16 rows, ms by rows:
 
 (Rows of one line are one process, interleaved; one row moves between 15 and 21 ms from process to
 process.) One row reads the weights at 38-53 GB/s (memory-bound); 8 rows now cost little more, and
-from 16 rows on a row costs ~1.5 ms. The whole w4a8 target (`taps profile`, after 256 tokens, w4a8
-drafter): a token 24-29 ms, 7 drafted nodes 50-57, 31 nodes 122-159, against w8a8's 39.8 / 73.4 /
-174.3 and int4's 32.9 / 99.9 / 376.0 on the same machine kind (session 45).
+from 16 rows on a row costs ~1.5 ms. Those rows had groups of 128 inputs with integer zero points
+(torchao's grid). The grid kept is int4's: groups of 32 with a float minimum each, the sub-blocks of a
+Q4_K file, so a packaged model's weights land on their own grid again. Next-token agreement of the
+1.5B with its float32 model (results/quantized-targets/zen5, quality.py) went from 0.932 to 0.97,
+near w8a8's 0.979 (llama.cpp on the file itself: 0.991), at a price per group (same process, ms):
+
+    rows                      1     8    32
+    groups of 32           25.3  32.7  85.3   (kept)
+    groups of 64           20.8  25.6  68.7
+    groups of 128          19.2  21.7  62.1
 
 How: each row is rounded to int8 in the kernel exactly as taps.weightonly._round_rows rounds (its
 float32 scale, a true division, half to even: tested), one call a product. Each block of 32 output
 channels keeps two codes a byte, laid out so that one 64-byte load gives, after a mask and a shift,
 the codes of 16 channels x 4 inputs twice; `vpdpbusd` multiplies them (unsigned) by 4 of a row's int8
 codes broadcast (signed) and sums in int32, for 8 rows a pass over the block. Per group of inputs
-the zero point comes off as zero x the row's sum of codes, and the group's int32 sum joins the row's
-float32 total by one fused multiply-add with the channel's scale, groups in input order; the total
-is multiplied by the row's scale last. Rows stay independent, bit for bit: every row runs those same
+the row's float32 total takes the group's minimum times the row's sum of codes, then the codes'
+int32 sum times the group's scale (two fused multiply-adds), groups in input order; the total is
+multiplied by the row's scale last. Rows stay independent, bit for bit: every row runs those same
 operations whatever the number of rows or which rows share a tile (tests/test_weightonly.py checks 1
 to 64 rows); the int32 sums are exact (|sum| <= 128 x 127 x 15 per group).
 
@@ -48,6 +55,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "w4a8_vnni.cpp"
 BLOCK = 32  # output channels per packed block (the kernel's two zmm of int32 lanes)
+SCALES = torch.float16  # the dtype of the groups' scales and minimums (see the table above)
 
 
 @functools.cache
@@ -68,7 +76,7 @@ def load() -> str | None:
 def pack(codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
     """int4 codes [N, K] (uint8, 0..15) of w = low + code * scale, scales and minimums [N, K / group] ->
     the kernel's layouts (kernels/w4a8_vnni.cpp): weight [N/32, K/8, 128] uint8, scales and minimums
-    [N/32, K/group, 32] float32."""
+    [N/32, K/group, 32] in SCALES."""
     n, k = codes.shape
     # [block, half, lane, octet, nibble, i] -> [block, octet, half, lane, i, nibble]: input 8o+i in the low
     # nibble of byte 4 * lane + i, input 8o+4+i in its high nibble
@@ -76,7 +84,7 @@ def pack(codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, group: int
     weight = (c[..., 0] | (c[..., 1] << 4)).reshape(n // BLOCK, k // 8, 128).contiguous()
 
     def by_block(per_group: torch.Tensor) -> torch.Tensor:  # [N, K/g] -> [N/32, K/g, 32]
-        return per_group.float().reshape(n // BLOCK, BLOCK, k // group).transpose(1, 2).contiguous()
+        return per_group.to(SCALES).reshape(n // BLOCK, BLOCK, k // group).transpose(1, 2).contiguous()
 
     return weight, by_block(scale), by_block(low)
 

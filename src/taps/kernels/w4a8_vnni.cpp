@@ -6,7 +6,7 @@
 //   weight   [N/32, K/8, 128] uint8: for 32 output channels and 8 inputs k..k+7, two 64-byte halves (channels
 //            0-15 and 16-31 of the block); byte 4j+i of a half holds channel j's code of input k+i in its low
 //            nibble and of input k+4+i in its high nibble, codes 0..15
-//   scales, mins [N/32, K/group, 32] float32: w = min + code * scale
+//   scales, mins [N/32, K/group, 32] float16: w = min + code * scale
 // out[m, n] = x_scale[m] * sum over groups g, in order, of (float(sum_k x[m,k] * code[n,k]) * scale[n,g]
 //             + float(sum_k x[m,k]) * min[n,g]), each int32 sum exact (|.| <= 128 * 127 * 15), each group
 // two fused multiply-adds into the row's float32 total (the minimum's first).
@@ -34,9 +34,12 @@ inline void dpbusd(__m512i& sum, __m512i u8, __m512i s8) { asm("vpdpbusd %2, %1,
 // scale. Two int32 sums a row (the block's halves), each a named variable: GCC 12 kept arrays of them on
 // the stack. Eight rows a pass read the block's weights once for a tree of up to 7 nodes and unpack each
 // 64 bytes of them for 32 products.
+// 16 float16 values -> float32 (exact)
+inline __m512 half16(const at::Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
 template <int R>
-void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, const uint8_t* w, const float* scales,
-                const float* mins, int64_t group, float (*total)[kBlock]) {
+void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, const uint8_t* w, const at::Half* scales,
+                const at::Half* mins, int64_t group, float (*total)[kBlock]) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < kBlock; ++j) total[r][j] = 0.0f;
@@ -69,8 +72,8 @@ void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, cons
       TAPS_ROW(4, a4, b4) TAPS_ROW(5, a5, b5) TAPS_ROW(6, a6, b6) TAPS_ROW(7, a7, b7)
 #undef TAPS_ROW
     }
-    const __m512 m0 = _mm512_loadu_ps(mins + g * kBlock), m1 = _mm512_loadu_ps(mins + g * kBlock + 16);
-    const __m512 s0 = _mm512_loadu_ps(scales + g * kBlock), s1 = _mm512_loadu_ps(scales + g * kBlock + 16);
+    const __m512 m0 = half16(mins + g * kBlock), m1 = half16(mins + g * kBlock + 16);
+    const __m512 s0 = half16(scales + g * kBlock), s1 = half16(scales + g * kBlock + 16);
     // the minimum times the row's sum of codes over the group, then the codes' sum times the scale
 #define TAPS_TOTAL(r, a, b)                                                                                    \
   if constexpr (R > r) {                                                                                       \
@@ -131,10 +134,10 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
               "weight: packed uint8 [N/32, K/8, 128]");
   TORCH_CHECK(group % 8 == 0 && x.size(1) % group == 0, "group must divide K and be a multiple of 8");
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0) * kBlock, G = K / group;
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.numel() == N * G,
-              "scales: float32 [N/32, K/group, 32]");
-  TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.is_contiguous() && mins.numel() == N * G,
-              "mins: float32 [N/32, K/group, 32]");
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.numel() == N * G,
+              "scales: float16 [N/32, K/group, 32]");
+  TORCH_CHECK(mins.scalar_type() == at::kHalf && mins.is_contiguous() && mins.numel() == N * G,
+              "mins: float16 [N/32, K/group, 32]");
   std::vector<int8_t> codes(M * K);
   std::vector<float> row_scale(M);
   std::vector<int32_t> xsum(M * G);  // [M, G]: each row's sum of codes per group, for the minimums
@@ -149,16 +152,16 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   });
   at::Tensor out = at::empty({M, N}, x.options());
   const uint8_t* wp = weight.data_ptr<uint8_t>();
-  const float* sp = scales.data_ptr<float>();
-  const float* mp = mins.data_ptr<float>();
+  const at::Half* sp = scales.data_ptr<at::Half>();
+  const at::Half* mp = mins.data_ptr<at::Half>();
   // blocks of output channels across threads; in each block every row, 8 at a time: the block's weights
   // (K * 16 bytes) come from memory once and from cache for the next rows
   at::parallel_for(0, weight.size(0), 1, [&](int64_t begin, int64_t end) {
     float total[8][kBlock];
     for (int64_t b = begin; b < end; ++b) {
       const uint8_t* wb = wp + b * (K / 8) * 128;
-      const float* sb = sp + b * G * kBlock;
-      const float* mb = mp + b * G * kBlock;
+      const at::Half* sb = sp + b * G * kBlock;
+      const at::Half* mb = mp + b * G * kBlock;
       for (int64_t m = 0; m < M; m += 8) {
         const int8_t* xm = codes.data() + m * K;
         const int32_t* sm = xsum.data() + m * G;
