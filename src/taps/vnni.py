@@ -24,10 +24,14 @@ Q4_K file, so a packaged model's weights land on their own grid again. Next-toke
 1.5B with its float32 model (results/quantized-targets/zen5, quality.py) went from 0.932 to 0.97,
 near w8a8's 0.979 (llama.cpp on the file itself: 0.991), at a price per group (same process, ms):
 
-    rows                      1     8    32
-    groups of 32           25.3  32.7  85.3   (kept)
-    groups of 64           20.8  25.6  68.7
-    groups of 128          19.2  21.7  62.1
+    rows                                   1     8    32
+    groups of 32                        25.3  32.7  85.3
+    groups of 64                        20.8  25.6  68.7
+    groups of 128                       19.2  21.7  62.1
+    groups of 32, scales in float16     20.5  24.4  72.3   (kept; another process)
+
+Scales and minimums in float32 were 2 bits a weight more to read; in float16 (SCALES) 1, and the
+codes are rounded against the float16 values.
 
 How: each row is rounded to int8 in the kernel exactly as taps.weightonly._round_rows rounds (its
 float32 scale, a true division, half to even: tested), one call a product. Each block of 32 output
@@ -38,7 +42,7 @@ the row's float32 total takes the group's minimum times the row's sum of codes, 
 int32 sum times the group's scale (two fused multiply-adds), groups in input order; the total is
 multiplied by the row's scale last. Rows stay independent, bit for bit: every row runs those same
 operations whatever the number of rows or which rows share a tile (tests/test_weightonly.py checks 1
-to 64 rows); the int32 sums are exact (|sum| <= 128 x 127 x 15 per group).
+to 64 rows); the int32 sums are exact (|sum| <= 32 x 127 x 15 per group).
 
 Built at first use by `torch.utils.cpp_extension` (a C++ compiler and ninja; ~5 s on 2 cores),
 then loaded from its cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions). The source

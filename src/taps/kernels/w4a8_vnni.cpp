@@ -8,7 +8,7 @@
 //            nibble and of input k+4+i in its high nibble, codes 0..15
 //   scales, mins [N/32, K/group, 32] float16: w = min + code * scale
 // out[m, n] = x_scale[m] * sum over groups g, in order, of (float(sum_k x[m,k] * code[n,k]) * scale[n,g]
-//             + float(sum_k x[m,k]) * min[n,g]), each int32 sum exact (|.| <= 128 * 127 * 15), each group
+//             + float(sum_k x[m,k]) * min[n,g]), each int32 sum exact (|.| <= group * 127 * 15), each group
 // two fused multiply-adds into the row's float32 total (the minimum's first).
 // A row's result is the same float operations whatever M is or which rows share its tile: rows stay independent.
 #include <ATen/Parallel.h>
