@@ -472,7 +472,8 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
     # w4a8 on taps.vnni keeps the LM head in int8 (w8a8): 4-bit files keep theirs finer (Q4_K_M: Q6_K), and
     # in 4 bits it alone took the 1.5B's next-token agreement with its float model from 0.972 to 0.961
     # (fake-quantized, results/quantized-targets/zen5); its int8 bytes cost ~2 ms a token there
-    head = model.get_output_embeddings() if scheme == "w4a8" and w4a8_kernel() == "vnni" else None
+    int8_head = scheme == "w4a8" and w4a8_kernel() == "vnni" and _int8_kernel_is_exact()
+    head = model.get_output_embeddings() if int8_head else None
     for name, linear in linears:
         parent, _, child = name.rpartition(".")
         own = "w8a8" if linear is head else scheme
