@@ -10,23 +10,30 @@ the machine's noise). Each scheme's latency profile is the one measured for it b
 `profile-w4a8-d8-draft-w8a8.json`), refitted online by the loop. w4a8 needs `make install-torchao`.
 
     .venv/bin/python results/quantized-targets/xeon-amx/schemes.py     # -> schemes/<scheme>.jsonl, report-<scheme>/
+    OUT=results/quantized-targets/zen5 DRAFTERS=none:w8a8,w8a8:w8a8,w4a8:w4a8 .venv/bin/python ...schemes.py
+        # another CPU's folder: each scheme's drafter quantization, its profile-<scheme>-draft-<drafter>.json
 
 Resumable: a rerun runs what a file lacks. Then prints each file's summary (`taps report`)."""
 
+import os
 import subprocess
 from pathlib import Path
 
 from taps.bench import BenchConfig, run_side_by_side
 
-HERE = Path(__file__).parent
+HERE = Path(os.environ.get("OUT", Path(__file__).parent))
 OUT = HERE / "schemes"
+DRAFTERS = {"none": "w8a8", "w8a8": "w8a8", "w4a8": "w8a8"}  # scheme -> its drafter's quantization
 PROFILES = {"none": "profile-none-shared-draft-w8a8.json", "w8a8": "profile-w8a8-decoder-draft-w8a8.json",
             "w4a8": "profile-w4a8-d8-draft-w8a8.json"}
+if "DRAFTERS" in os.environ:
+    DRAFTERS = dict(pair.split(":") for pair in os.environ["DRAFTERS"].split(","))
+    PROFILES = {scheme: f"profile-{scheme}-draft-{drafter}.json" for scheme, drafter in DRAFTERS.items()}
 
 OUT.mkdir(exist_ok=True)
 benches = [(BenchConfig(target="qwen2.5-coder-1.5b", methods=("ar", "ddtree:8", "taps:32", "llama-cpp"),
                         datasets=("humaneval", "mt-bench"), turns=1, limit=10, max_new_tokens=128, dtype="bfloat16",
-                        temperatures=(0.0,), drafter_quant="w8a8", target_quant=scheme,
+                        temperatures=(0.0,), drafter_quant=DRAFTERS[scheme], target_quant=scheme,
                         profile=str(HERE / profile)), OUT / f"{scheme}.jsonl")
            for scheme, profile in PROFILES.items()]
 run_side_by_side(benches)
