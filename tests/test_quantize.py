@@ -98,3 +98,20 @@ def test_auto_picks_int8_where_it_pays_and_names_what_ran():
     assert resolve_quant("auto", "qwen2.5-coder-0.5b", "cpu") == auto_scheme("int8", "cpu")  # a sibling
     assert BenchConfig(target="qwen2.5-coder-1.5b").drafter_quant == auto_scheme("int8", "cpu")
     assert load_drafter("oracle", Target(tiny_model("llama")), quantize="auto").block_len > 1
+
+
+def test_auto_runs_a_drafter_on_the_targets_w4a8_kernel_beside_a_w4a8_target_off_amx(monkeypatch):
+    """Beside a w4a8 target on taps.vnni, auto's int8 becomes w4a8 (measured: auto_scheme's docstring);
+    beside any other target, or where w4a8 runs on torchao's kernel, it stays as before."""
+    from taps.bench import BenchConfig
+    from taps.drafters import resolve_quant, shipped_drafter
+
+    folder = shipped_drafter("qwen2.5-coder-1.5b")
+    for kernel, want in [("vnni", "w4a8"), ("torchao", auto_scheme("int8", "cpu")), (None, auto_scheme("int8", "cpu"))]:
+        monkeypatch.setattr("taps.quantize.w4a8_kernel", lambda kernel=kernel: kernel)
+        assert resolve_quant("auto", folder, "cpu", "w4a8") == want, kernel
+        assert resolve_quant("auto", folder, "cpu", "none") == auto_scheme("int8", "cpu")
+        assert resolve_quant("auto", folder, "cuda", "w4a8") == "none"
+    monkeypatch.setattr("taps.quantize.w4a8_kernel", lambda: "vnni")
+    monkeypatch.setattr("taps.bench.check_target_quant", lambda scheme, device=None: scheme)
+    assert BenchConfig(target="qwen2.5-coder-1.5b", target_quant="w4a8").drafter_quant == "w4a8"

@@ -38,6 +38,7 @@ from taps.weightonly import (
     has_amx,
     quantize_weights,
     target_quant_of,
+    w4a8_kernel,
 )
 
 # --drafter-quant: auto (`auto_scheme`); as loaded; dynamic int8 linears; weight-only int4; and the
@@ -45,7 +46,7 @@ from taps.weightonly import (
 SCHEMES = ("auto", "none", "int8", "int4", *PRODUCTS)
 
 
-def auto_scheme(kind_default: str, device: torch.device | str) -> str:
+def auto_scheme(kind_default: str, device: torch.device | str, target_quant: str = "none") -> str:
     """What --drafter-quant auto runs for a drafter whose kind asks for `kind_default` on the CPU
     ("int8" for drafters with a network of their own: grown, sibling): that on the CPU where this
     PyTorch has the x86/fbgemm engine, else "none". Measured (the 1.5B's shipped grown drafter beside
@@ -57,9 +58,16 @@ def auto_scheme(kind_default: str, device: torch.device | str) -> str:
     with AMX, taps:32, 10 HumanEval + 10 MT-Bench prompts interleaved, 128 tokens) a round's draft
     took 67 against 74 ms (HumanEval) and 64 against 68 (MT-Bench), tokens/s 1.08x [1.01-1.15] and
     1.04x [0.99-1.05] of int8's; beside the bfloat16 target 1.06x [1.03-1.10] and 1.02x [1.00-1.04]
-    (results/quantized-targets/xeon-amx/drafter-quant-*.jsonl). Elsewhere unmeasured: int8 stays."""
+    (results/quantized-targets/xeon-amx/drafter-quant-*.jsonl). Elsewhere unmeasured: int8 stays.
+
+    Beside a `target_quant` w4a8 target on taps' own VNNI kernel (no AMX), "int8" becomes "w4a8", the
+    target's kernel: on a 2-core Zen 5 EPYC (10 HumanEval + 10 MT-Bench, one run) a draft 27 against
+    36 ms at level acceptance, taps:32 1.10x [1.07-1.17] / 1.14x [1.07-1.24] int8's tokens/s
+    (results/quantized-targets/zen5/drafter-quant)."""
     if torch.device(device).type != "cpu" or not _int8_engine():
         return "none"
+    if kind_default == "int8" and target_quant == "w4a8" and w4a8_kernel() == "vnni":
+        return "w4a8"
     if kind_default == "int8" and has_amx():
         return "w8a8" if _int8_kernel_is_exact() else "int8"
     return kind_default
