@@ -89,14 +89,6 @@ void block_rows(const int8_t* x, int64_t K, const int32_t* xsum, int64_t G, cons
   }
 }
 
-// float32 -> bfloat16 rounded to nearest even, as c10::BFloat16 (and so tensor.to(torch.bfloat16)) rounds
-inline uint16_t to_bfloat16(float f) {
-  if (f != f) return 0x7FC0;
-  uint32_t bits;
-  __builtin_memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
 inline __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
 inline __m512 load16(const at::BFloat16* x) {  // bfloat16 -> float32: the same bits shifted up, exact
   const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
@@ -142,15 +134,19 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   std::vector<float> row_scale(M);
   std::vector<int32_t> xsum(M * G);  // [M, G]: each row's sum of codes per group, for the minimums
   const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const at::BFloat16* xb = bf16 ? x.data_ptr<at::BFloat16>() : nullptr;
+  const float* xf = bf16 ? nullptr : x.data_ptr<float>();
   at::parallel_for(0, M, std::max<int64_t>(1, 32768 / K), [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       if (bf16)
-        round_row(x.data_ptr<at::BFloat16>() + m * K, K, group, codes.data() + m * K, &row_scale[m], &xsum[m * G]);
+        round_row(xb + m * K, K, group, codes.data() + m * K, &row_scale[m], &xsum[m * G]);
       else
-        round_row(x.data_ptr<float>() + m * K, K, group, codes.data() + m * K, &row_scale[m], &xsum[m * G]);
+        round_row(xf + m * K, K, group, codes.data() + m * K, &row_scale[m], &xsum[m * G]);
     }
   });
   at::Tensor out = at::empty({M, N}, x.options());
+  at::BFloat16* ob = bf16 ? out.data_ptr<at::BFloat16>() : nullptr;
+  float* of = bf16 ? nullptr : out.data_ptr<float>();
   const uint8_t* wp = weight.data_ptr<uint8_t>();
   const at::Half* sp = scales.data_ptr<at::Half>();
   const at::Half* mp = mins.data_ptr<at::Half>();
@@ -176,15 +172,13 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
           case 2: block_rows<2>(xm, K, sm, G, wb, sb, mb, group, total); break;
           default: block_rows<1>(xm, K, sm, G, wb, sb, mb, group, total);
         }
-        for (int64_t r = 0; r < rows; ++r) {  // the row's scale last, then its dtype
-          const float s = row_scale[m + r];
-          if (bf16) {
-            uint16_t* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + (m + r) * N + b * kBlock;
-            for (int j = 0; j < kBlock; ++j) o[j] = to_bfloat16(total[r][j] * s);
-          } else {
-            float* o = out.data_ptr<float>() + (m + r) * N + b * kBlock;
-            for (int j = 0; j < kBlock; ++j) o[j] = total[r][j] * s;
-          }
+        for (int64_t r = 0; r < rows; ++r) {  // the row's scale last, then its dtype (at::BFloat16 rounds
+          const float s = row_scale[m + r];    // to nearest even, as tensor.to(torch.bfloat16) does)
+          const int64_t first = (m + r) * N + b * kBlock;
+          if (bf16)
+            for (int j = 0; j < kBlock; ++j) ob[first + j] = at::BFloat16(total[r][j] * s);
+          else
+            for (int j = 0; j < kBlock; ++j) of[first + j] = total[r][j] * s;
         }
       }
     }
