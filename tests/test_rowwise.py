@@ -1,17 +1,30 @@
 """Row-wise attention (taps.rowwise): a row's output is the same bits whatever other rows share
-its call, and it is attention (close to SDPA with the same mask)."""
+its call, and it is attention (close to SDPA with the same mask); both ways of computing it, taps'
+AVX-512 kernel and the loop over rows."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import taps.rowwise
 from taps.rowwise import _allowed, rowwise_attention
 
 
+@pytest.fixture(params=["kernel", "loop"])
+def path(request, monkeypatch):
+    """Each test runs on the kernel (where this CPU has AVX-512) and on the loop over rows."""
+    if request.param == "kernel" and not taps.rowwise.kernel():
+        pytest.skip("taps' row-wise attention kernel needs AVX-512 and a C++ compiler")
+    if request.param == "loop":
+        monkeypatch.setattr(taps.rowwise, "kernel", lambda: False)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
+@pytest.mark.parametrize("heads, dim", [(4, 16), (6, 20), (18, 8)])  # 20: a partial 16-lane chunk; 9 heads a kv head
+def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(path, dtype, heads, dim):
     torch.manual_seed(0)
-    cached, rows, heads, kv_heads, dim = 37, 9, 4, 2, 16
+    cached, rows, kv_heads = 37, 9, 2
     q = torch.randn(1, heads, rows, dim, dtype=dtype)
     k = torch.randn(1, kv_heads, cached + rows, dim, dtype=dtype)
     v = torch.randn(1, kv_heads, cached + rows, dim, dtype=dtype)
@@ -40,7 +53,7 @@ def test_a_row_is_the_same_bits_alone_as_among_a_trees_rows(dtype):
     assert torch.equal(rowwise_attention(None, q, k, v, additive[None, None])[0], out)  # eager's mask form
 
 
-def test_a_prefill_is_causal_and_the_same_bits_however_the_prompt_is_cut():
+def test_a_prefill_is_causal_and_the_same_bits_however_the_prompt_is_cut(path):
     """A causal call without a mask (a prompt's prefill, after `cached` earlier keys): row i attends
     to its prefix, each row the bits of that row decoded alone, so feeding a prompt whole (as
     transformers' generate does) or in pieces (as taps does) fills the cache alike."""
@@ -58,3 +71,21 @@ def test_a_prefill_is_causal_and_the_same_bits_however_the_prompt_is_cut():
     mask = torch.ones(rows, cached + rows, dtype=torch.bool).tril(cached)  # the same, as a mask
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
     torch.testing.assert_close(out, sdpa)
+
+
+def test_the_kernel_computes_what_the_loop_does():
+    """The two paths agree to float32 rounding (not bit for bit: their sums run in other orders), on a
+    tree's mask and a long causal call (several 16-key blocks and a partial one)."""
+    if not taps.rowwise.kernel():
+        pytest.skip("taps' row-wise attention kernel needs AVX-512 and a C++ compiler")
+    torch.manual_seed(2)
+    q = torch.randn(1, 12, 5, 64)
+    k, v = (torch.randn(1, 2, 301, 64) for _ in range(2))
+    mask = torch.ones(5, 301, dtype=torch.bool).tril(296)
+    mask[3, 297:299] = False  # a row skipping two keys: a tree's sibling branches
+    for m in (mask[None, None], None):
+        fast, _ = rowwise_attention(None, q, k, v, m)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(taps.rowwise, "kernel", lambda: False)
+            slow, _ = rowwise_attention(None, q, k, v, m)
+        torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)

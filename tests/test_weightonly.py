@@ -82,12 +82,20 @@ def test_every_method_equals_the_quantized_models_greedy_generate(model, drafter
 
 
 @pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("attention", ["kernel", "loop"])
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_in_bfloat16_too_every_tree_method_equals_its_own_greedy_generate(scheme):
-    """Row-exact linears and row-wise attention (taps.rowwise): a quantized target's trees are plain
-    decoding's bits even in bfloat16, where a float target's are not (docs/method.md section 10).
-    (transformers' generate feeds the prompt's last token with the others, in one causal call of
-    bfloat16 SDPA, so its bits may differ from the row-wise float32 call of plain decoding.)"""
+def test_in_bfloat16_too_every_tree_method_equals_its_own_greedy_generate(scheme, attention, monkeypatch):
+    """Row-exact linears and row-wise attention (taps.rowwise, its AVX-512 kernel where the CPU has one
+    and its loop over rows): a quantized target's trees are plain decoding's bits even in bfloat16,
+    where a float target's are not (docs/method.md section 10). (transformers' generate feeds the
+    prompt's last token with the others, in one causal call of bfloat16 SDPA, so its bits may differ
+    from the row-wise float32 call of plain decoding.)"""
+    import taps.rowwise
+
+    if attention == "kernel" and not taps.rowwise.kernel():
+        pytest.skip("taps' row-wise attention kernel needs AVX-512 and a C++ compiler")
+    if attention == "loop":
+        monkeypatch.setattr(taps.rowwise, "kernel", lambda: False)
     assert bfloat16_trees_leave_greedy(scheme, rowwise=True) == []
 
 

@@ -44,8 +44,7 @@ multiplied by the row's scale last. Rows stay independent, bit for bit: every ro
 operations whatever the number of rows or which rows share a tile (tests/test_weightonly.py checks 1
 to 64 rows); the int32 sums are exact (|sum| <= 32 x 127 x 15 per group).
 
-Built at first use by `torch.utils.cpp_extension` (a C++ compiler and ninja; ~5 s on 2 cores),
-then loaded from its cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions). The source
+Built at first use (taps.kernels.build; ~5 s on 2 cores). The source
 keeps two GCC 12 workarounds that the measurements above needed: vpdpbusd in place through inline
 assembly, and accumulators as named variables (arrays of them were copied or kept on the stack).
 """
@@ -53,11 +52,12 @@ assembly, and accumulators as named variables (arrays of them were copied or kep
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("kernels") / "w4a8_vnni.cpp"
+from taps import kernels
+
+SOURCE = "w4a8_vnni.cpp"  # in taps/kernels
 BLOCK = 32  # output channels per packed block (the kernel's two zmm of int32 lanes)
 SCALES = torch.float16  # the dtype of the groups' scales and minimums (see the table above)
 
@@ -67,14 +67,7 @@ def load() -> str | None:
     """Build (once per machine) and load the kernel: None when it runs here, else why not."""
     if not torch.cpu._is_vnni_supported():
         return "this CPU has no AVX-512 VNNI"
-    from torch.utils.cpp_extension import load as build
-
-    try:
-        build(name="taps_w4a8_vnni", sources=[str(SOURCE)], is_python_module=False,
-              extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-fopenmp"], extra_ldflags=["-fopenmp"])
-    except (RuntimeError, OSError) as error:  # no compiler, no ninja, a failed build
-        return f"its build failed ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
-    return None
+    return kernels.build("taps_w4a8_vnni", SOURCE, ["-mavx512f", "-mavx512bw", "-mavx512vnni"])
 
 
 def pack(codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, group: int) -> tuple[torch.Tensor, ...]:
