@@ -13,7 +13,9 @@ the machine's noise). Each scheme's latency profile is the one measured for it b
     OUT=results/quantized-targets/zen5 DRAFTERS=none:w8a8,w8a8:w8a8,w4a8:w4a8 .venv/bin/python ...schemes.py
         # another CPU's folder: each scheme's drafter quantization, its profile-<scheme>-draft-<drafter>.json
 
-Resumable: a rerun runs what a file lacks. Then prints each file's summary (`taps report`)."""
+RUN=<folder> writes another run's files (default schemes/); PROFILES=scheme:file,... names profiles other
+than DRAFTERS' (e.g. `RUN=schemes-attn PROFILES=w4a8:profile-w4a8-attn-draft-w4a8.json` after the row-wise
+attention kernel). Resumable: a rerun runs what a file lacks. Then prints each file's summary (`taps report`)."""
 
 import os
 import subprocess
@@ -22,13 +24,15 @@ from pathlib import Path
 from taps.bench import BenchConfig, run_side_by_side
 
 HERE = Path(os.environ.get("OUT", Path(__file__).parent))
-OUT = HERE / "schemes"
+OUT = HERE / os.environ.get("RUN", "schemes")
 DRAFTERS = {"none": "w8a8", "w8a8": "w8a8", "w4a8": "w8a8"}  # scheme -> its drafter's quantization
 PROFILES = {"none": "profile-none-shared-draft-w8a8.json", "w8a8": "profile-w8a8-decoder-draft-w8a8.json",
             "w4a8": "profile-w4a8-d8-draft-w8a8.json"}
 if "DRAFTERS" in os.environ:
     DRAFTERS = dict(pair.split(":") for pair in os.environ["DRAFTERS"].split(","))
     PROFILES = {scheme: f"profile-{scheme}-draft-{drafter}.json" for scheme, drafter in DRAFTERS.items()}
+if "PROFILES" in os.environ:
+    PROFILES |= dict(pair.split(":") for pair in os.environ["PROFILES"].split(","))
 
 OUT.mkdir(exist_ok=True)
 benches = [(BenchConfig(target="qwen2.5-coder-1.5b", methods=("ar", "ddtree:8", "taps:32", "llama-cpp"),
