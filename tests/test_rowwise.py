@@ -1,6 +1,6 @@
 """Row-wise attention (taps.rowwise): a row's output is the same bits whatever other rows share
-its call, and it is attention (close to SDPA with the same mask); both ways of computing it, taps'
-AVX-512 kernel and the loop over rows."""
+its call, and it is attention (close to SDPA with the same mask); every way of computing it: taps'
+kernel built for AVX-512 and for AVX2 (those this CPU runs) and the loop over rows."""
 
 import pytest
 import torch
@@ -10,13 +10,19 @@ import taps.rowwise
 from taps.rowwise import _allowed, rowwise_attention
 
 
-@pytest.fixture(params=["kernel", "loop"])
+def build(isa):
+    """The kernel's op built for `isa`, or a skip where this CPU cannot run it."""
+    op = taps.rowwise.kernel(isa)
+    if op is None:
+        pytest.skip(f"taps' row-wise attention kernel for {isa} needs a CPU with it and a C++ compiler")
+    return op
+
+
+@pytest.fixture(params=[*taps.rowwise.BUILDS, "loop"])
 def path(request, monkeypatch):
-    """Each test runs on the kernel (where this CPU has AVX-512) and on the loop over rows."""
-    if request.param == "kernel" and not taps.rowwise.kernel():
-        pytest.skip("taps' row-wise attention kernel needs AVX-512 and a C++ compiler")
-    if request.param == "loop":
-        monkeypatch.setattr(taps.rowwise, "kernel", lambda: False)
+    """Each test runs on each build of the kernel and on the loop over rows."""
+    op = None if request.param == "loop" else build(request.param)
+    monkeypatch.setattr(taps.rowwise, "kernel", lambda: op)
     return request.param
 
 
@@ -73,11 +79,12 @@ def test_a_prefill_is_causal_and_the_same_bits_however_the_prompt_is_cut(path):
     torch.testing.assert_close(out, sdpa)
 
 
-def test_the_kernel_computes_what_the_loop_does():
-    """The two paths agree to float32 rounding (not bit for bit: their sums run in other orders), on a
-    tree's mask and a long causal call (several 16-key blocks and a partial one)."""
-    if not taps.rowwise.kernel():
-        pytest.skip("taps' row-wise attention kernel needs AVX-512 and a C++ compiler")
+@pytest.mark.parametrize("isa", list(taps.rowwise.BUILDS))
+def test_the_kernel_computes_what_the_loop_does(isa, monkeypatch):
+    """Each build agrees with the loop to float32 rounding (not bit for bit: their sums run in other
+    orders), on a tree's mask and a long causal call (several vectors of keys and a partial one)."""
+    op = build(isa)
+    monkeypatch.setattr(taps.rowwise, "kernel", lambda: op)
     torch.manual_seed(2)
     q = torch.randn(1, 12, 5, 64)
     k, v = (torch.randn(1, 2, 301, 64) for _ in range(2))
@@ -86,6 +93,6 @@ def test_the_kernel_computes_what_the_loop_does():
     for m in (mask[None, None], None):
         fast, _ = rowwise_attention(None, q, k, v, m)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(taps.rowwise, "kernel", lambda: False)
+            patch.setattr(taps.rowwise, "kernel", lambda: None)
             slow, _ = rowwise_attention(None, q, k, v, m)
         torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)

@@ -31,14 +31,20 @@ after it (a gather of every row's keys cost 43 of the 274 ms of such a forward).
 forward of 32 rows after 256 tokens, ms (median of 6, same Xeon): 304 with SDPA and gathers, 216
 now; 1 row 115 -> 109, 8 rows 165 -> 132.
 
-Where the CPU has AVX-512, taps' own kernel (kernels/rowwise_avx512.cpp, built at first use by
-taps.kernels.build) computes the rows in one call instead: the same lists of keys, each row's
+Where the CPU has AVX-512 or AVX2, taps' own kernel (kernels/rowwise.cpp, built at first use by
+taps.kernels.build for the wider of the two) computes the rows in one call instead: the same lists of keys, each row's
 reductions in the order of its list (so the invariant above holds by construction; its sums run in
 another order than the loop's, so the two are different bits of the same attention, and one machine
 uses one of them throughout). Why: the loop's per-row calls and conversions, not its arithmetic, were
 its cost. Measured on a 2-core AMD EPYC Zen 5, the 1.5B's shape (12 query heads over 2, D 128), a
-bfloat16 cache, us a row (1 row / 6 rows a call): 300 keys 50.7 / 37.9 with the loop, 18.8 / 10.6 with
-the kernel; 30 keys 28.7 / 16.9 against 10.0 / 3.3. One process, the w4a8 1.5B with its w4a8 drafter,
+bfloat16 cache, us a row (1 row / 6 rows a call), one process:
+
+    keys        loop          AVX2 build    AVX-512 build
+    30          31.2 / 17.3   10.8 / 4.0    10.2 / 3.0
+    300         54.6 / 35.5   25.7 / 16.3   18.8 / 9.5
+    1000        699 / 203     54.2 / 45.3   34.1 / 27.6
+
+(The AVX2 build ran on that AVX-512 CPU.) One process, the w4a8 1.5B with its w4a8 drafter,
 taps, a HumanEval prompt, 128 tokens, median of 6 alternating runs: 3.09 -> 2.81 s an answer, the
 verification 1.74 -> 1.50 s.
 """
@@ -53,7 +59,7 @@ import torch
 from taps import kernels
 
 NAME = "taps_rowwise"
-GROUPS = 8  # the kernel's most query heads per key/value head (kernels/rowwise_avx512.cpp)
+GROUPS = 8  # the kernel's most query heads per key/value head (kernels/rowwise.cpp)
 
 
 def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -66,8 +72,9 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     kv_heads = key.shape[1]
     group = heads // kv_heads  # GQA: head h reads kv head h // group
     scale = dim**-0.5 if scaling is None else scaling
-    if query.device.type == "cpu" and key.dtype in (torch.float32, torch.bfloat16) and group <= GROUPS and kernel():
-        out = [torch.ops.taps_rowwise.attention(
+    fits = query.device.type == "cpu" and key.dtype in (torch.float32, torch.bfloat16) and group <= GROUPS
+    if fits and (op := kernel()) is not None:
+        out = [op(
             query[b], scale, key[b].contiguous(), value[b].contiguous(),
             *(_causal(key.shape[2], rows) if attention_mask is None else _index(attention_mask, b)))
             for b in range(batch)]  # [Q, H, D] each
@@ -148,13 +155,23 @@ def _causal(n_keys: int, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return prefix, torch.zeros(rows + 1, dtype=torch.long), torch.empty(0, dtype=torch.long)
 
 
+BUILDS = {"avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl"], "avx2": ["-mavx2", "-mfma"]}  # kernels/rowwise.cpp's
+RUNS = {"AVX512": ("avx512", "avx2"), "AVX2": ("avx2",)}  # torch's CPU capability -> the builds it runs, best first
+
+
 @functools.cache
-def kernel() -> bool:
-    """Whether taps' AVX-512 kernel (kernels/rowwise_avx512.cpp) computes the rows here: a CPU with AVX-512
-    and a build that works (taps.kernels.build); else `rowwise_attention` loops over rows itself."""
-    if torch.backends.cpu.get_cpu_capability() != "AVX512":
-        return False
-    return kernels.build("taps_rowwise_avx512", "rowwise_avx512.cpp", ["-mavx512f", "-mavx512bw", "-mavx512vl"]) is None
+def kernel(isa: str | None = None):
+    """The op of taps' row-wise kernel (kernels/rowwise.cpp) built for `isa` (a key of BUILDS; None: the
+    best this CPU runs), or None where it cannot run here (no such instructions, no compiler):
+    `rowwise_attention` then loops over rows itself."""
+    runs = RUNS.get(torch.backends.cpu.get_cpu_capability(), ())
+    name = runs[0] if isa is None and runs else isa
+    if name not in runs:
+        return None
+    library = f"taps_rowwise_{name}"
+    if kernels.build(library, "rowwise.cpp", [*BUILDS[name], f"-DTAPS_LIBRARY={library}"]) is not None:
+        return None
+    return getattr(torch.ops, library).attention
 
 
 def register() -> str:
