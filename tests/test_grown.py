@@ -406,6 +406,14 @@ def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_lossle
         warnings.simplefilter("error")  # peft's CAUSAL_LM notice is not for a drafter's user (grown.quiet_alora)
         masked = load_drafter(str(tmp_path / "masks" / "drafter"), tgt)
     assert masked.model.mask_rows.n == 0  # unmerged (MaskRowAdapter): activated adapters skip the context
+    # a sequence's start reads no `.weight` of the embedding: peft's wrapper (the mask row) builds its whole
+    # merged table on each read (130 ms a start for the 0.5B's; taps.drafters.decoder)
+    wrapper = masked.decoder.embed
+    assert type(wrapper).__name__ == "TrainableTokensWrapper"
+    masked.decoder.embed = Unread(wrapper)
+    masked.start(ids)
+    assert masked.draft(ids, None).shape[0] == masked.block_len
+    masked.decoder.embed = wrapper
     # the training forward (peft's activated LoRA on the folder's adapters) equals the drafter's rounds
     from peft import PeftModel
 
@@ -431,6 +439,21 @@ def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_lossle
         for method in ("chain", "ddtree", "taps+rollout"):
             res = generate(tgt, prompt, DecodeConfig(method, budget=8, max_new_tokens=30, stop_ids=()), d)
             assert res.token_ids == ref, (quant, method)
+
+
+class Unread(torch.nn.Module):
+    """An embedding's forward whose `.weight` must not be read."""
+
+    def __init__(self, embed: torch.nn.Module):
+        super().__init__()
+        self.embed = embed
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(ids)
+
+    @property
+    def weight(self):
+        pytest.fail("the embedding's weight was read")
 
 
 def test_a_warm_start_from_a_grown_drafter_folder_begins_with_its_weights(tmp_path, folders, sequences):
