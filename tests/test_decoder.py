@@ -4,6 +4,8 @@ transformers' forward."""
 
 import pytest
 import torch
+
+import taps.rowwise
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
 from taps.drafters.decoder import KVCache, fits
@@ -36,10 +38,15 @@ def adapted(family: str):
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("with_adapters", [False, True])
-def test_drafts_equal_transformers_forward_round_after_round(family, with_adapters):
+@pytest.mark.parametrize("attention", ["kernel", "sdpa"])  # taps.rowwise's kernel where it runs, else SDPA
+def test_drafts_equal_transformers_forward_round_after_round(family, with_adapters, attention, monkeypatch):
+    if attention == "sdpa":
+        monkeypatch.setattr(taps.rowwise, "kernel", lambda: None)
+    elif taps.rowwise.kernel() is None:
+        pytest.skip("taps' row-wise kernel does not run on this CPU")
     model = adapted(family) if with_adapters else tiny_model(family, seed=1)
     drafter = GrownDrafter(model, GrownConfig("base", MASK, block_size=BLOCK), Target(tiny_model(family)))
-    assert drafter.decoder is not None
+    assert drafter.decoder is not None and (drafter.decoder.rowwise is None) == (attention == "sdpa")
     drafter.cache = KVCache(3, 2, 16, torch.float32, torch.device("cpu"), capacity=2)  # grows twice below
     ids = [5, 17, 33, 2, 40, 8, 61, 12, 7, 70, 3]
     for end in (3, 4, 8, 11):  # 3, 1 and 4 new tokens a round

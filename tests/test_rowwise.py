@@ -96,3 +96,17 @@ def test_the_kernel_computes_what_the_loop_does(isa, monkeypatch):
             patch.setattr(taps.rowwise, "kernel", lambda: None)
             slow, _ = rowwise_attention(None, q, k, v, m)
         torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("isa", list(taps.rowwise.BUILDS))
+def test_the_kernel_reads_a_caches_slice_in_place(isa):
+    """Heads that lie apart (a slice of a preallocated cache [kv_heads, capacity, D], as a grown drafter's
+    taps.drafters.decoder.KVCache) give the bits of their contiguous copy; a head's rows must be contiguous."""
+    op = build(isa)
+    torch.manual_seed(3)
+    q = torch.randn(6, 4, 32, dtype=torch.bfloat16)  # [H, Q, D]
+    keys, values = (torch.randn(2, 50, 32, dtype=torch.bfloat16)[:, :37] for _ in range(2))  # [Hkv, 37, D]
+    lists = taps.rowwise.causal(37, 4)
+    assert torch.equal(op(q, 0.25, keys, values, *lists), op(q, 0.25, keys.contiguous(), values.contiguous(), *lists))
+    with pytest.raises(RuntimeError, match="each head's"):
+        op(q, 0.25, keys.transpose(1, 2).contiguous().transpose(1, 2), values, *lists)

@@ -300,6 +300,17 @@ def test_w4a8_on_the_vnni_kernel_keeps_the_head_in_int8():
 
 
 @needs_w4a8
+def test_a_w4a8_drafter_runs_its_head_in_int4_too():
+    """A drafter only proposes: --drafter-quant w4a8 quantizes its head with its layers (the draft's
+    largest product), where a target's stays int8 (the test above)."""
+    from taps.quantize import quantize_linears
+
+    model = quantize_linears(copy.deepcopy(tiny_model("llama", vocab=64)), "w4a8")
+    schemes = {m.scheme for m in model.modules() if isinstance(m, WeightOnlyLinear)}
+    assert schemes == {"w4a8"} and model.get_output_embeddings().scheme == "w4a8"
+
+
+@needs_w4a8
 def test_w4a8_refuses_a_model_whose_layers_do_not_fit_its_kernel():
     with pytest.raises(ValueError, match=r"w4a8 needs layers with inputs a multiple of 32 and outputs a multiple of "
                                          r"32; .*\(64, 8\).*use --target-quant w8a8"):

@@ -1,13 +1,14 @@
 """What one draft of a grown drafter folder costs, interleaved with others in one process.
 
-Each folder is loaded beside the float32 1.5B target (only its config matters here), quantized as
-the benchmarks run it (QUANT, default int8; w8a8 where the CPU has AMX); its cache is fed 256
+Each folder is loaded beside the 1.5B target (only its config and dtype matter here: DTYPE, default
+float32), quantized as the benchmarks run it (QUANT, default int8; w8a8 where the CPU has AMX;
+QUANT=none DTYPE=bfloat16 for an unquantized drafter in the target's bfloat16); its cache is fed 256
 tokens of an answer once, then each round times the draft of one more token (the new token and
 the masks' forward, what a decoding round pays) and drops that token again. Rounds alternate
 between the folders; medians over ROUNDS rounds, milliseconds, one JSON line per folder.
 PROFILE=1 also prints torch's profiler table (self time per op) over the timed rounds of every
 folder, to see where a draft goes (its overhead then adds to the timed medians).
-    [QUANT=w8a8] [PROFILE=1] .venv/bin/python results/drafter-distill/draftcost.py FOLDER [FOLDER ...]
+    [QUANT=w8a8] [DTYPE=bfloat16] [PROFILE=1] .venv/bin/python results/drafter-distill/draftcost.py FOLDER [FOLDER ...]
 """
 
 import contextlib
@@ -28,7 +29,7 @@ from taps.target import Target
 ROUNDS, CONTEXT = 12, 256
 ANSWERS = "data/drafters/qwen2.5-coder-1.5b/distill-vllm-chat-bf16.jsonl"
 
-model, tokenizer = load_model("qwen2.5-coder-1.5b", dtype=torch.float32)
+model, tokenizer = load_model("qwen2.5-coder-1.5b", dtype=getattr(torch, os.environ.get("DTYPE", "float32")))
 target = Target(model, tokenizer)
 QUANT = os.environ.get("QUANT", "int8")
 drafters = {folder: load_drafter(folder, target, quantize=QUANT) for folder in sys.argv[1:]}

@@ -101,8 +101,8 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
     if check_scheme(scheme) == "none":
         return model
     if scheme in ("int4", *PRODUCTS):
-        # a drafter only proposes: its rows need not be exact
-        return quantize_weights(model, scheme, rowwise=False, option="--drafter-quant")
+        # a drafter only proposes: its rows need not be exact, nor its head finer than its layers
+        return quantize_weights(model, scheme, rowwise=False, option="--drafter-quant", fine_head=False)
     from taps.linear import use_linear
 
     params = list(model.parameters())

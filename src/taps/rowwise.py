@@ -76,7 +76,7 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if fits and (op := kernel()) is not None:
         out = [op(
             query[b], scale, key[b].contiguous(), value[b].contiguous(),
-            *(_causal(key.shape[2], rows) if attention_mask is None else _index(attention_mask, b)))
+            *(causal(key.shape[2], rows) if attention_mask is None else _index(attention_mask, b)))
             for b in range(batch)]  # [Q, H, D] each
         return out[0][None] if batch == 1 else torch.stack(out), None
     # row i's heads as [Hkv, group, D] blocks, scaled once for all rows
@@ -149,7 +149,7 @@ def _index(mask: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 @functools.lru_cache(maxsize=16)
-def _causal(n_keys: int, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def causal(n_keys: int, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kernel's lists for a causal call (no mask): row i reads the first n_keys - rows + 1 + i keys."""
     prefix = torch.arange(n_keys - rows + 1, n_keys + 1)  # [Q]
     return prefix, torch.zeros(rows + 1, dtype=torch.long), torch.empty(0, dtype=torch.long)

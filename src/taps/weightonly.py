@@ -449,12 +449,13 @@ def target_quant_of(model: nn.Module) -> str:
 
 
 def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE, rowwise: bool = True,
-                     option: str = "--target-quant") -> nn.Module:
+                     option: str = "--target-quant", fine_head: bool = True) -> nn.Module:
     """`model` with every `nn.Linear` (the LM head included) replaced by a `WeightOnlyLinear` in
     `scheme`, in place; "none" returns it untouched. Refused before any layer changes when a layer
     cannot be quantized (int4: input features not a multiple of `group_size`), in the words of
     `option`. `rowwise`: switch its attention to taps.rowwise, as a target needs (a drafter, which
-    only proposes, need not)."""
+    only proposes, need not). `fine_head`: w4a8 on taps.vnni keeps the LM head in int8, as a target
+    needs (below); a drafter's head runs in int4 with the rest of it."""
     check_target_quant(scheme, next(model.parameters()).device, option)
     if scheme == "none":
         return model
@@ -469,10 +470,13 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
             raise ValueError(f"{option} {scheme} needs layers with inputs a multiple of {inputs} and outputs a "
                              f"multiple of {outputs}; this model has (inputs, outputs) {odd}; use {option} {instead}")
     shared = _shared_inputs(model, scheme) if scheme in PRODUCTS else {}
-    # w4a8 on taps.vnni keeps the LM head in int8 (w8a8): 4-bit files keep theirs finer (Q4_K_M: Q6_K), and
-    # in 4 bits it alone took the 1.5B's next-token agreement with its float model from 0.972 to 0.961
-    # (fake-quantized, results/quantized-targets/zen5); its int8 bytes cost ~2 ms a token there
-    int8_head = scheme == "w4a8" and w4a8_kernel() == "vnni" and _int8_kernel_is_exact()
+    # w4a8 on taps.vnni keeps a target's LM head in int8 (w8a8): 4-bit files keep theirs finer (Q4_K_M: Q6_K),
+    # and in 4 bits it alone took the 1.5B's next-token agreement with its float model from 0.972 to 0.961
+    # (fake-quantized, results/quantized-targets/zen5); its int8 bytes cost ~2 ms a token there. A drafter's
+    # head is the largest product of its draft (the 0.5B's 151,936 x 896): in int4 a draft of the 1.5B's
+    # shipped drafter took 22.7 against 24.7 ms (after 256-2,200 tokens, 2-core Zen 5 EPYC, interleaved),
+    # slot accuracies on the target's chat answers level (0.717 slot 1 both; results/quantized-targets/zen5)
+    int8_head = fine_head and scheme == "w4a8" and w4a8_kernel() == "vnni" and _int8_kernel_is_exact()
     head = model.get_output_embeddings() if int8_head else None
     for name, linear in linears:
         parent, _, child = name.rpartition(".")

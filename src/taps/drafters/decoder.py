@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from taps import rowwise
 from taps.drafters.dflash_model import apply_rotary
 
 FAMILIES = ("llama", "qwen2")  # config.model_type values whose decoder layers this walks
@@ -100,11 +101,14 @@ class Group:
         whole = shared is not None and members == [(shared, i) for i in range(len(shared.sizes))]
         self.shared = shared if whole else None
         adapted = [(i, m) for i, m in enumerate(modules) if hasattr(m, "a_t")]
-        self.a = torch.cat([m.a_t for _, m in adapted], 1) if adapted else None  # [in, sum r]
-        self.b = []  # (member, its columns of x A, B^T [r, out])
+        # in float32 whatever the model's dtype: CPU products of a few rows and rank r cost per call, and
+        # bfloat16's cost more (6 rows, 2-core Zen 5 EPYC, us: x A 896 -> 48 15.0 against 9.5, B 16 -> 4,864
+        # 23.6 against 13.8, 16 -> 128 16.3 against 3.0)
+        self.a = torch.cat([m.a_t for _, m in adapted], 1).float() if adapted else None  # [in, sum r]
+        self.b = []  # (member, its columns of x A, B^T [r, out] in float32)
         start = 0
         for i, m in adapted:
-            self.b.append((i, slice(start, start + m.a_t.shape[1]), m.b_t))
+            self.b.append((i, slice(start, start + m.a_t.shape[1]), m.b_t.float()))
             start += m.a_t.shape[1]
 
     def __call__(self, x: torch.Tensor, n: int) -> list[torch.Tensor]:
@@ -114,9 +118,13 @@ class Group:
         else:
             outs = [base(x) for base in self.bases]
         if n and self.a is not None:
-            xa = x[-n:].mm(self.a)  # [n, sum r]
+            xa = x[-n:].float().mm(self.a)  # [n, sum r]
             for i, cols, b in self.b:
-                outs[i][-n:].addmm_(xa[:, cols], b)  # [n, out_i], in place (views of one product too)
+                rows = outs[i][-n:]  # [n, out_i], in place (views of one product too)
+                if rows.dtype == b.dtype:
+                    rows.addmm_(xa[:, cols], b)
+                else:
+                    rows.add_(xa[:, cols].mm(b))
         return outs
 
 
@@ -149,6 +157,12 @@ class Decoder:
         # paid at the start of every answer), while its forward looks rows up directly
         weight = self.embed.weight
         self.dtype, self.device = weight.dtype, weight.device
+        # taps' row-wise attention kernel where it runs (taps.rowwise: AVX-512 or AVX2, <= 8 query heads a
+        # key/value head): it reads the cache's slices in place, where SDPA with a mask cost more (the
+        # 0.5B's 14 heads over 2, 7 rows, bfloat16, 2-core Zen 5 EPYC, us a layer: 256 keys 81 against
+        # 112, 1,024 keys 285 against 364, both with the slices copied)
+        fits = self.device.type == "cpu" and self.heads // self.kv_heads <= rowwise.GROUPS
+        self.rowwise = rowwise.kernel() if fits and self.dtype in (torch.float32, torch.bfloat16) else None
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
@@ -163,18 +177,24 @@ class Decoder:
         cache.reserve(end)
         x = self.embed(tokens)  # [T, H]
         rope = self.rotary(x[None], torch.arange(start, end, device=x.device)[None])  # cos, sin [1, T, d]
-        # each row sees the cache and the rows up to itself; one row sees everything
-        mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start) if T > 1 else None  # [T, end]
+        # each row sees the cache and the rows up to itself (one row: everything), as the kernel's key lists or a mask
+        if self.rowwise is not None:
+            lists = rowwise.causal(end, T)
+        else:
+            mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start) if T > 1 else None  # [T, end]
         for i, layer in enumerate(self.layers):
             q, k, v = layer.qkv(layer.input_norm(x), n_adapted)  # [T, heads * d], [T, kv_heads * d] x 2
             q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)  # [1, heads, T, d]
             k = apply_rotary(k.view(1, T, self.kv_heads, self.head_dim).transpose(1, 2), *rope)  # [1, kv_heads, T, d]
             cache.keys[i, :, start:end] = k[0]
             cache.values[i, :, start:end] = v.view(T, self.kv_heads, self.head_dim).transpose(0, 1)
-            keys, values = cache.keys[None, i, :, :end], cache.values[None, i, :, :end]  # [1, kv_heads, end, d]
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.scaling,
-                                                 enable_gqa=True)  # [1, heads, T, d]
-            x = x + layer.o(out[0].transpose(0, 1).reshape(T, -1), n_adapted)[0]
+            keys, values = cache.keys[i, :, :end], cache.values[i, :, :end]  # [kv_heads, end, d]
+            if self.rowwise is not None:  # in place, every row over its prefix
+                out = self.rowwise(q[0], layer.scaling, keys, values, *lists)  # [T, heads, d]
+            else:
+                out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, scale=layer.scaling,
+                                                     enable_gqa=True)[0].transpose(0, 1)  # [T, heads, d]
+            x = x + layer.o(out.reshape(T, -1), n_adapted)[0]
             gate, up = layer.gate_up(layer.post_norm(x), n_adapted)  # [T, I] each
             x.add_(layer.down(layer.act(gate).mul_(up), n_adapted)[0])  # x: this layer's own sum
         cache.length = end

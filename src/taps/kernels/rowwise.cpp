@@ -4,7 +4,7 @@
 //
 //   query    [H, Q, D] float32 or bfloat16 (one batch row of transformers' layout), scaled here by `scale`;
 //            head h reads key/value head h / (H / Hkv)
-//   key, value [Hkv, K, D] float32 or bfloat16
+//   key, value [Hkv, K, D] float32 or bfloat16, each head's [K, D] contiguous (heads may lie apart: a cache slice)
 //   prefix   [Q] int64: row i's keys are 0 .. prefix[i] - 1, then extra[offsets[i] .. offsets[i + 1] - 1]
 //   offsets  [Q + 1] int64, extra [n] int64 (key indices, in the order the row reads them)
 // out [Q, H, D] in the query's dtype: softmax(q_h . k_j over the row's keys j) weighting v_j, per row and head,
@@ -194,10 +194,12 @@ at::Tensor attention(const at::Tensor& query, double scale, const at::Tensor& ke
                      const at::Tensor& prefix, const at::Tensor& offsets, const at::Tensor& extra) {
   TORCH_CHECK(query.dim() == 3 && query.stride(2) == 1 && (query.scalar_type() == at::kFloat || query.scalar_type() == at::kBFloat16),
               "query: float32 or bfloat16 [H, Q, D], its last dimension contiguous");
-  TORCH_CHECK(key.dim() == 3 && key.is_contiguous() && value.is_contiguous() && key.sizes() == value.sizes() &&
+  // each head's keys (values) contiguous [K, D]; the heads may lie apart (a slice of a preallocated cache)
+  TORCH_CHECK(key.dim() == 3 && key.sizes() == value.sizes() && key.stride(2) == 1 && key.stride(1) == key.size(2) &&
+                  value.stride(2) == 1 && value.stride(1) == value.size(2) &&
                   key.scalar_type() == value.scalar_type() && key.size(2) == query.size(2) &&
                   (key.scalar_type() == at::kFloat || key.scalar_type() == at::kBFloat16),
-              "key, value: contiguous float32 or bfloat16 [Hkv, K, D], alike");
+              "key, value: float32 or bfloat16 [Hkv, K, D], alike, each head's [K, D] contiguous");
   const int64_t H = query.size(0), Q = query.size(1), D = query.size(2), Hkv = key.size(0), K = key.size(1), G = H / Hkv;
   TORCH_CHECK(H % Hkv == 0 && G >= 1 && G <= kGroups, "query heads must be 1 to 8 times the key/value heads");
   TORCH_CHECK(prefix.scalar_type() == at::kLong && offsets.scalar_type() == at::kLong && extra.scalar_type() == at::kLong &&
@@ -220,6 +222,7 @@ at::Tensor attention(const at::Tensor& query, double scale, const at::Tensor& ke
   at::BFloat16* out_b = query_bf16 ? out.data_ptr<at::BFloat16>() : nullptr;
   const void* key_p = key.data_ptr();
   const void* value_p = value.data_ptr();
+  const int64_t key_heads = key.stride(0), value_heads = value.stride(0);  // elements from one head to the next
   at::parallel_for(0, Q * Hkv, 1, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> keys;
     std::vector<float> scores, q(G * D), o(G * D);
@@ -236,11 +239,11 @@ at::Tensor attention(const at::Tensor& query, double scale, const at::Tensor& ke
       const int64_t L = keys.size();
       scores.resize(G * L);
       if (bf16)
-        row_heads(G, q.data(), static_cast<const at::BFloat16*>(key_p) + g * K * D,
-                  static_cast<const at::BFloat16*>(value_p) + g * K * D, keys.data(), L, D, scores.data(), o.data());
+        row_heads(G, q.data(), static_cast<const at::BFloat16*>(key_p) + g * key_heads,
+                  static_cast<const at::BFloat16*>(value_p) + g * value_heads, keys.data(), L, D, scores.data(), o.data());
       else
-        row_heads(G, q.data(), static_cast<const float*>(key_p) + g * K * D, static_cast<const float*>(value_p) + g * K * D,
-                  keys.data(), L, D, scores.data(), o.data());
+        row_heads(G, q.data(), static_cast<const float*>(key_p) + g * key_heads,
+                  static_cast<const float*>(value_p) + g * value_heads, keys.data(), L, D, scores.data(), o.data());
       const int64_t first = (i * H + g * G) * D;  // out [Q, H, D]: the row's G heads, in the query's dtype
       for (int64_t n = 0; n < G * D; ++n) {
         if (query_bf16)
