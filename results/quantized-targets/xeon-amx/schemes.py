@@ -15,7 +15,9 @@ the machine's noise). Each scheme's latency profile is the one measured for it b
 
 RUN=<folder> writes another run's files (default schemes/); PROFILES=scheme:file,... names profiles other
 than DRAFTERS' (e.g. `RUN=schemes-attn PROFILES=w4a8:profile-w4a8-attn-draft-w4a8.json` after the row-wise
-attention kernel). Resumable: a rerun runs what a file lacks. Then prints each file's summary (`taps report`)."""
+attention kernel). METHODS=a,b,... replaces the methods (the same in every file; e.g. with llama.cpp's own
+speculation, `ar,ddtree:8,taps:32,llama-cpp,llama-cpp-draft,llama-cpp-lookup`). Resumable: a rerun runs what a
+file lacks. Then prints each file's summary (`taps report`)."""
 
 import os
 import subprocess
@@ -34,8 +36,10 @@ if "DRAFTERS" in os.environ:
 if "PROFILES" in os.environ:
     PROFILES |= dict(pair.split(":") for pair in os.environ["PROFILES"].split(","))
 
+METHODS = tuple(os.environ.get("METHODS", "ar,ddtree:8,taps:32,llama-cpp").split(","))
+
 OUT.mkdir(exist_ok=True)
-benches = [(BenchConfig(target="qwen2.5-coder-1.5b", methods=("ar", "ddtree:8", "taps:32", "llama-cpp"),
+benches = [(BenchConfig(target="qwen2.5-coder-1.5b", methods=METHODS,
                         datasets=("humaneval", "mt-bench"), turns=1, limit=10, max_new_tokens=128, dtype="bfloat16",
                         temperatures=(0.0,), drafter_quant=DRAFTERS[scheme], target_quant=scheme,
                         profile=str(HERE / profile)), OUT / f"{scheme}.jsonl")
