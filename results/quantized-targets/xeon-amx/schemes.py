@@ -15,8 +15,9 @@ the machine's noise). Each scheme's latency profile is the one measured for it b
 
 RUN=<folder> writes another run's files (default schemes/); PROFILES=scheme:file,... names profiles other
 than DRAFTERS' (e.g. `RUN=schemes-attn PROFILES=w4a8:profile-w4a8-attn-draft-w4a8.json` after the row-wise
-attention kernel). METHODS=a,b,... replaces the methods (the same in every file; e.g. with llama.cpp's own
-speculation, `ar,ddtree:8,taps:32,llama-cpp,llama-cpp-draft,llama-cpp-lookup`). Resumable: a rerun runs what a
+attention kernel). METHODS=a,b,... replaces the methods (the same in every file). llama.cpp's own speculation
+(llama-cpp-draft, llama-cpp-lookup) in all three sessions outgrew 24 GiB of memory (Zen 5, session 48):
+bench it beside one target (bench.sh). Resumable: a rerun runs what a
 file lacks. Then prints each file's summary (`taps report`)."""
 
 import os
