@@ -100,17 +100,22 @@ def test_auto_picks_int8_where_it_pays_and_names_what_ran():
     assert load_drafter("oracle", Target(tiny_model("llama")), quantize="auto").block_len > 1
 
 
-def test_auto_runs_a_drafter_on_the_targets_w4a8_kernel_beside_a_w4a8_target_off_amx(monkeypatch):
-    """Beside a w4a8 target on taps.vnni, auto's int8 becomes w4a8 (measured: auto_scheme's docstring);
-    beside any other target, or where w4a8 runs on torchao's kernel, it stays as before."""
+@pytest.mark.parametrize("amx", [False, True])
+def test_auto_runs_a_drafter_on_taps_w4a8_kernel_where_it_runs(monkeypatch, amx):
+    """Where taps.vnni runs, auto's int8 becomes w4a8 beside a w4a8 target, and off AMX beside any
+    target (measured: auto_scheme's docstring); on AMX beside other targets w8a8 (or int8) stays, and
+    where w4a8 runs on torchao's kernel or not at all, everything stays as before."""
     from taps.bench import BenchConfig
     from taps.drafters import resolve_quant, shipped_drafter
 
     folder = shipped_drafter("qwen2.5-coder-1.5b")
-    for kernel, want in [("vnni", "w4a8"), ("torchao", auto_scheme("int8", "cpu")), (None, auto_scheme("int8", "cpu"))]:
+    monkeypatch.setattr("taps.quantize.has_amx", lambda: amx)
+    before = "w8a8" if amx and _int8_kernel_is_exact() else "int8"  # auto's choice without taps.vnni
+    for kernel, beside_w4a8, beside_none in [("vnni", "w4a8", before if amx else "w4a8"), ("torchao", before, before),
+                                             (None, before, before)]:
         monkeypatch.setattr("taps.quantize.w4a8_kernel", lambda kernel=kernel: kernel)
-        assert resolve_quant("auto", folder, "cpu", "w4a8") == want, kernel
-        assert resolve_quant("auto", folder, "cpu", "none") == auto_scheme("int8", "cpu")
+        assert resolve_quant("auto", folder, "cpu", "w4a8") == beside_w4a8, kernel
+        assert resolve_quant("auto", folder, "cpu", "none") == beside_none, kernel
         assert resolve_quant("auto", folder, "cuda", "w4a8") == "none"
     monkeypatch.setattr("taps.quantize.w4a8_kernel", lambda: "vnni")
     monkeypatch.setattr("taps.bench.check_target_quant", lambda scheme, device=None: scheme)

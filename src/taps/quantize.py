@@ -60,13 +60,15 @@ def auto_scheme(kind_default: str, device: torch.device | str, target_quant: str
     1.04x [0.99-1.05] of int8's; beside the bfloat16 target 1.06x [1.03-1.10] and 1.02x [1.00-1.04]
     (results/quantized-targets/xeon-amx/drafter-quant-*.jsonl). Elsewhere unmeasured: int8 stays.
 
-    Beside a `target_quant` w4a8 target on taps' own VNNI kernel (no AMX), "int8" becomes "w4a8", the
-    target's kernel: on a 2-core Zen 5 EPYC (10 HumanEval + 10 MT-Bench, one run) a draft 27 against
-    36 ms at level acceptance, taps:32 1.10x [1.07-1.17] / 1.14x [1.07-1.24] int8's tokens/s
-    (results/quantized-targets/zen5/drafter-quant)."""
+    Where taps' own w4a8 kernel runs (taps.vnni: AVX-512 VNNI), "int8" becomes "w4a8" beside a w4a8
+    target, and off AMX beside any target: on a 2-core Zen 5 EPYC (10 HumanEval + 10 MT-Bench, one run
+    each, results/quantized-targets/zen5/drafter-quant), beside the w4a8 target a draft 27 against 36
+    ms at level acceptance, taps:32 1.10x [1.07-1.17] / 1.14x [1.07-1.24] int8's tokens/s; beside the
+    bfloat16 target (head in int4 too, session 48) 23.1 / 20.5 against 34.6 / 32.2 ms, taps:32 1.12x
+    [1.09-1.16] / 1.11x [1.07-1.13]. On AMX beside other targets w8a8 stays (measured above; w4a8 not)."""
     if torch.device(device).type != "cpu" or not _int8_engine():
         return "none"
-    if kind_default == "int8" and target_quant == "w4a8" and w4a8_kernel() == "vnni":
+    if kind_default == "int8" and w4a8_kernel() == "vnni" and (target_quant == "w4a8" or not has_amx()):
         return "w4a8"
     if kind_default == "int8" and has_amx():
         return "w8a8" if _int8_kernel_is_exact() else "int8"
