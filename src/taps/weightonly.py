@@ -475,7 +475,9 @@ def quantize_weights(model: nn.Module, scheme: str, group_size: int = GROUP_SIZE
     # (fake-quantized, results/quantized-targets/zen5); its int8 bytes cost ~2 ms a token there. A drafter's
     # head is the largest product of its draft (the 0.5B's 151,936 x 896): in int4 a draft of the 1.5B's
     # shipped drafter took 22.7 against 24.7 ms (after 256-2,200 tokens, 2-core Zen 5 EPYC, interleaved),
-    # slot accuracies on the target's chat answers level (0.717 slot 1 both; results/quantized-targets/zen5)
+    # slot accuracies on the target's chat answers level (0.717 slot 1 both); in the decoding loop, with its
+    # attention on the row-wise kernel too, 23.3 against 25.9 ms a round, tokens/s 1.036x [1.013-1.082]
+    # (results/quantized-targets/zen5/draft-ab.py)
     int8_head = fine_head and scheme == "w4a8" and w4a8_kernel() == "vnni" and _int8_kernel_is_exact()
     head = model.get_output_embeddings() if int8_head else None
     for name, linear in linears:
