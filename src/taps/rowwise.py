@@ -72,8 +72,7 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     kv_heads = key.shape[1]
     group = heads // kv_heads  # GQA: head h reads kv head h // group
     scale = dim**-0.5 if scaling is None else scaling
-    fits = query.device.type == "cpu" and key.dtype in (torch.float32, torch.bfloat16) and group <= GROUPS
-    if fits and (op := kernel()) is not None:
+    if (op := kernel_for(query.device, key.dtype, group)) is not None:
         out = [op(
             query[b], scale, key[b].contiguous(), value[b].contiguous(),
             *(causal(key.shape[2], rows) if attention_mask is None else _index(attention_mask, b)))
@@ -172,6 +171,14 @@ def kernel(isa: str | None = None):
     if kernels.build(library, "rowwise.cpp", [*BUILDS[name], f"-DTAPS_LIBRARY={library}"]) is not None:
         return None
     return getattr(torch.ops, library).attention
+
+
+def kernel_for(device: torch.device, dtype: torch.dtype, group: int):
+    """`kernel()` where it can attend tensors on `device` in `dtype` with `group` query heads a key/value
+    head (the CPU, float32 or bfloat16, at most GROUPS), else None."""
+    if device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and group <= GROUPS:
+        return kernel()
+    return None
 
 
 def register() -> str:

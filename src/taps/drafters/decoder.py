@@ -167,8 +167,7 @@ class Decoder:
         # key/value head): it reads the cache's slices in place, where SDPA with a mask cost more (the
         # 0.5B's 14 heads over 2, 7 rows, bfloat16, 2-core Zen 5 EPYC, us a layer: 256 keys 81 against
         # 112, 1,024 keys 285 against 364, both with the slices copied)
-        fits = self.device.type == "cpu" and self.heads // self.kv_heads <= rowwise.GROUPS
-        self.rowwise = rowwise.kernel() if fits and self.dtype in (torch.float32, torch.bfloat16) else None
+        self.rowwise = rowwise.kernel_for(self.device, self.dtype, self.heads // self.kv_heads)
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
