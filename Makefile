@@ -41,8 +41,8 @@ clean-venv:
 install-check:
 	scripts/check_install.sh $(TRANSFORMERS)
 
-# Issue 25: torchao with its CPU kernels, built from source into .venv, for --target-quant w4a8
-# (docs/commands.md). TORCHAO= another source: a local checkout or a wheel built before.
+# Issue 25: torchao with its CPU kernels, built from source into .venv: --target-quant w4a8 on AMX where taps.vnni
+# cannot run (docs/commands.md). TORCHAO= another source: a local checkout or a wheel built before.
 install-torchao: $(STAMP)
 	scripts/install_torchao.sh $(VENV) $(TORCHAO)
 

@@ -3,8 +3,9 @@
 # `da8w4_linear_cpu` (src/taps/weightonly.py, W4A8Product). torchao's x86 wheels, on PyPI and on
 # download.pytorch.org, are built without its C++ CPU kernels (USE_CPU_KERNELS is set for aarch64
 # only), so this builds torchao from its source with them, into a venv that already holds taps.
-# Needs a C++ compiler; about 3 minutes on 2 cores. The kernel is fast only on CPUs with AMX
-# (taps refuses w4a8 elsewhere).
+# Needs a C++ compiler; about 3 minutes on 2 cores. The kernel is fast only on CPUs with AMX, and
+# taps' own AVX-512 VNNI kernel (taps.vnni) beats it there at a tree's row counts (docs/commands.md):
+# taps uses torchao's where taps' cannot run, or where TAPS_W4A8_KERNEL=torchao asks for it.
 # Usage: scripts/install_torchao.sh [VENV [SOURCE]]   (make install-torchao; default VENV .venv)
 #   SOURCE: anything pip installs from: the default git tag, a local checkout, or a wheel built before.
 set -euo pipefail

@@ -102,21 +102,18 @@ def test_auto_picks_int8_where_it_pays_and_names_what_ran():
 
 @pytest.mark.parametrize("amx", [False, True])
 def test_auto_runs_a_drafter_on_taps_w4a8_kernel_where_it_runs(monkeypatch, amx):
-    """Where taps.vnni runs, auto's int8 becomes w4a8 beside a w4a8 target, and off AMX beside any
-    target (measured: auto_scheme's docstring); on AMX beside other targets w8a8 (or int8) stays, and
-    where w4a8 runs on torchao's kernel or not at all, everything stays as before."""
+    """Where taps.vnni runs, auto's int8 becomes w4a8, AMX or not (measured: auto_scheme's docstring);
+    where w4a8 runs on torchao's kernel or not at all, w8a8 (AMX) or int8 stays; never off the CPU."""
     from taps.bench import BenchConfig
     from taps.drafters import resolve_quant, shipped_drafter
 
     folder = shipped_drafter("qwen2.5-coder-1.5b")
     monkeypatch.setattr("taps.quantize.has_amx", lambda: amx)
     before = "w8a8" if amx and _int8_kernel_is_exact() else "int8"  # auto's choice without taps.vnni
-    for kernel, beside_w4a8, beside_none in [("vnni", "w4a8", before if amx else "w4a8"), ("torchao", before, before),
-                                             (None, before, before)]:
+    for kernel, expected in [("vnni", "w4a8"), ("torchao", before), (None, before)]:
         monkeypatch.setattr("taps.quantize.w4a8_kernel", lambda kernel=kernel: kernel)
-        assert resolve_quant("auto", folder, "cpu", "w4a8") == beside_w4a8, kernel
-        assert resolve_quant("auto", folder, "cpu", "none") == beside_none, kernel
-        assert resolve_quant("auto", folder, "cuda", "w4a8") == "none"
+        assert resolve_quant("auto", folder, "cpu") == expected, kernel
+        assert resolve_quant("auto", folder, "cuda") == "none"
     monkeypatch.setattr("taps.quantize.w4a8_kernel", lambda: "vnni")
     monkeypatch.setattr("taps.bench.check_target_quant", lambda scheme, device=None: scheme)
     assert BenchConfig(target="qwen2.5-coder-1.5b", target_quant="w4a8").drafter_quant == "w4a8"

@@ -15,6 +15,7 @@ from taps.methods import every_method
 from taps.target import Target
 from taps.verify import SamplingConfig
 from taps.weightonly import (
+    W4A8Product,
     WeightOnlyLinear,
     _int8_kernel_is_exact,
     _round_rows,
@@ -262,6 +263,46 @@ def test_w4a8_is_refused_where_no_kernel_runs(monkeypatch, fresh_w4a8_probe):
     with pytest.raises(ValueError, match=r"TAPS_W4A8_KERNEL='fast': choose auto, torchao or vnni"):
         quantize_weights(model, "w4a8")
     assert target_quant_of(model) == "none"  # untouched
+
+
+def test_auto_prefers_taps_kernel_and_falls_back_to_torchaos_on_amx(monkeypatch, fresh_w4a8_probe):
+    """auto takes taps.vnni wherever it runs, AMX or not (measured: w4a8_kernel's docstring), and
+    torchao's only where taps.vnni does not run and the CPU has AMX; $TAPS_W4A8_KERNEL=torchao asks
+    for torchao's alone. Both kernels stubbed: this is the choice, not the kernels."""
+    import sys
+    import types
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setitem(sys.modules, "torchao", types.ModuleType("torchao"))  # imports: as if built with its kernels
+    monkeypatch.setattr("taps.weightonly._rows_independent", lambda kernel: True)
+    monkeypatch.setattr("taps.vnni.load", lambda: None)
+    assert w4a8_kernel() == "vnni"
+    w4a8_kernel.cache_clear()
+    monkeypatch.setenv("TAPS_W4A8_KERNEL", "torchao")
+    assert w4a8_kernel() == "torchao"
+    w4a8_kernel.cache_clear()
+    monkeypatch.delenv("TAPS_W4A8_KERNEL")
+    monkeypatch.setattr("taps.vnni.load", lambda: "its build failed (no compiler)")
+    assert w4a8_kernel() == "torchao"
+    w4a8_kernel.cache_clear()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert w4a8_kernel() is None  # torchao's kernel is a scalar loop without AMX: not taken
+
+
+@pytest.mark.parametrize("kernel", ["vnni", "torchao"])
+def test_each_w4a8_kernel_that_runs_here_keeps_rows_independent(kernel, monkeypatch, fresh_w4a8_probe):
+    """Whichever kernel auto picks, the other one stays exact where it runs ($TAPS_W4A8_KERNEL asks
+    for it): row i of 1-64 rows equals row i alone, bit for bit, in float32 and bfloat16."""
+    monkeypatch.setenv("TAPS_W4A8_KERNEL", kernel)
+    if w4a8_kernel() != kernel:
+        pytest.skip(f"w4a8's {kernel} kernel does not run here")
+    torch.manual_seed(0)
+    product = W4A8Product(torch.randn(96, 256), kernel)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(64, 256, dtype=dtype)
+        alone = torch.cat([product(x[i : i + 1]) for i in range(64)])  # [64, 96]
+        for rows in (2, 4, 5, 16, 33, 64):
+            assert torch.equal(product(x[:rows]), alone[:rows]), (dtype, rows)
 
 
 @needs_w4a8

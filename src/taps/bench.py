@@ -188,7 +188,7 @@ class BenchConfig:
             raise ValueError("turns must be >= 1")
         # resolved here, so records and the pinned settings name the precision that ran
         object.__setattr__(self, "drafter_quant", resolve_quant(self.drafter_quant, self.drafter_name,
-                                                                self.device or "cpu", self.target_quant))
+                                                                self.device or "cpu"))
         check_target_quant(self.target_quant, self.device)
         if "hf-dflash" in names and not _is_dflash_folder(self.drafter_name):
             raise ValueError(f"the hf-dflash peer runs a DFlash drafter folder (config.json + model.safetensors) in "

@@ -174,8 +174,8 @@ def _add_load_options(p, drafter_help: str) -> None:
                    help="trained TAPS edge scorer folder, or none for plain marginals (default: the drafter's scorer/)")
     _add_drafter_quant(p, "the drafter's linear layers in int8 (a grown drafter and hf-assisted's assistant: beside "
                           "any target dtype; CPU only), int4, w8a8 or w4a8 (--target-quant's kernels): faster "
-                          "drafts, the same output; auto: int8 for grown and sibling drafters on the CPU (w8a8 where "
-                          "it has AMX, w4a8 beside a w4a8 target without AMX), none otherwise (auto)")
+                          "drafts, the same output; auto: int8 for grown and sibling drafters on the CPU (w4a8 where "
+                          "taps' w4a8 kernel runs, else w8a8 where it has AMX), none otherwise (auto)")
     p.add_argument("--target-quant", choices=list(TARGET_QUANT), default="none",
                    help="the target's weights in int8 or int4, or w8a8 (int8 weights and per-row int8 activations: "
                         "cheap tree rows) on PyTorch's CPU kernels, or w4a8 (int4 weights, per-row int8 activations; "

@@ -46,7 +46,7 @@ from taps.weightonly import (
 SCHEMES = ("auto", "none", "int8", "int4", *PRODUCTS)
 
 
-def auto_scheme(kind_default: str, device: torch.device | str, target_quant: str = "none") -> str:
+def auto_scheme(kind_default: str, device: torch.device | str) -> str:
     """What --drafter-quant auto runs for a drafter whose kind asks for `kind_default` on the CPU
     ("int8" for drafters with a network of their own: grown, sibling): that on the CPU where this
     PyTorch has the x86/fbgemm engine, else "none". Measured (the 1.5B's shipped grown drafter beside
@@ -54,21 +54,26 @@ def auto_scheme(kind_default: str, device: torch.device | str, target_quant: str
     unquantized (bfloat16, packed oneDNN layers) against 44 ms int8; after 1,024 tokens 128 against
     58. DFlash-layout drafters share the target's dtype and embeddings: "none".
 
-    Where the CPU has AMX, "int8" becomes "w8a8": beside the 1.5B's w8a8 target (2-core Intel Xeon
-    with AMX, taps:32, 10 HumanEval + 10 MT-Bench prompts interleaved, 128 tokens) a round's draft
-    took 67 against 74 ms (HumanEval) and 64 against 68 (MT-Bench), tokens/s 1.08x [1.01-1.15] and
-    1.04x [0.99-1.05] of int8's; beside the bfloat16 target 1.06x [1.03-1.10] and 1.02x [1.00-1.04]
-    (results/quantized-targets/xeon-amx/drafter-quant-*.jsonl). Elsewhere unmeasured: int8 stays.
+    Where the CPU has AMX and taps' w4a8 kernel does not run (below), "int8" becomes "w8a8": beside the
+    1.5B's w8a8 target (2-core Intel Xeon with AMX, taps:32, 10 HumanEval + 10 MT-Bench prompts
+    interleaved, 128 tokens) a round's draft took 67 against 74 ms (HumanEval) and 64 against 68
+    (MT-Bench), tokens/s 1.08x [1.01-1.15] and 1.04x [0.99-1.05] of int8's; beside the bfloat16 target
+    1.06x [1.03-1.10] and 1.02x [1.00-1.04] (results/quantized-targets/xeon-amx/drafter-quant-*.jsonl).
+    Elsewhere unmeasured: int8 stays.
 
-    Where taps' own w4a8 kernel runs (taps.vnni: AVX-512 VNNI), "int8" becomes "w4a8" beside a w4a8
-    target, and off AMX beside any target: on a 2-core Zen 5 EPYC (10 HumanEval + 10 MT-Bench, one run
-    each, results/quantized-targets/zen5/drafter-quant), beside the w4a8 target a draft 27 against 36
-    ms at level acceptance, taps:32 1.10x [1.07-1.17] / 1.14x [1.07-1.24] int8's tokens/s; beside the
-    bfloat16 target (head in int4 too, session 48) 23.1 / 20.5 against 34.6 / 32.2 ms, taps:32 1.12x
-    [1.09-1.16] / 1.11x [1.07-1.13]. On AMX beside other targets w8a8 stays (measured above; w4a8 not)."""
+    Where taps' own w4a8 kernel runs (taps.vnni: AVX-512 VNNI), "int8" becomes "w4a8" beside any
+    target, AMX or not: on a 2-core Zen 5 EPYC (10 HumanEval + 10 MT-Bench, one run each,
+    results/quantized-targets/zen5/drafter-quant), beside the w4a8 target a draft 27 against 36 ms at
+    level acceptance, taps:32 1.10x [1.07-1.17] / 1.14x [1.07-1.24] int8's tokens/s; beside the bfloat16
+    target (head in int4 too, session 48) 23.1 / 20.5 against 34.6 / 32.2 ms, taps:32 1.12x [1.09-1.16] /
+    1.11x [1.07-1.13]. On the Xeon with AMX (session 49, results/quantized-targets/xeon-amx) against
+    w8a8: beside the w4a8 target (5 + 5 prompts, kernel-ab/) taps:32 1.11x [1.07-1.14] / 1.12x
+    [1.07-1.16]; beside the bfloat16 target (10 + 10, drafter-quant/) a draft 46 / 38 against 62 / 59 ms a
+    round at level tau, taps:32 1.03x [0.98-1.07] / 1.07x [1.02-1.09] though its session ran the same
+    target's plain decoding 0.94x / 0.95x (made second in the process: the order costs the later one)."""
     if torch.device(device).type != "cpu" or not _int8_engine():
         return "none"
-    if kind_default == "int8" and w4a8_kernel() == "vnni" and (target_quant == "w4a8" or not has_amx()):
+    if kind_default == "int8" and w4a8_kernel() == "vnni":
         return "w4a8"
     if kind_default == "int8" and has_amx():
         return "w8a8" if _int8_kernel_is_exact() else "int8"

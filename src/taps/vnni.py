@@ -1,5 +1,6 @@
 """taps' own int4 x int8 product for CPUs with AVX-512 VNNI: the kernel of `--target-quant w4a8`
-where torchao's is not (taps.weightonly.W4A8Product; the C++ is kernels/w4a8_vnni.cpp).
+wherever it runs, AMX CPUs included (taps.weightonly.W4A8Product and w4a8_kernel, which says why; the
+C++ is kernels/w4a8_vnni.cpp).
 
 Why a kernel of our own: on a CPU without AMX nothing maintained multiplies int4 weights by a tree's
 rows cheaply. PyTorch's `_weight_int4pack_mm_for_cpu` (`int4`) pays per row (a 31-node tree of the

@@ -47,8 +47,8 @@ a row's result is the same bits alone or batched whatever the kernel's order. It
 rounded too, so w8a8 is another model again; lossless is against it, as for int8 and int4.
 
 "w4a8" rounds the activation rows as w8a8 does and multiplies them by int4 weights (`W4A8Product`):
-half of w8a8's bytes a token, and a tree's rows on int8 products, on torchao's CPU kernel where the
-CPU has AMX (its tiles) and on taps' own AVX-512 VNNI kernel elsewhere (taps.vnni). torchao's x86
+half of w8a8's bytes a token, and a tree's rows on int8 products, on taps' own AVX-512 VNNI kernel
+(taps.vnni), or on torchao's CPU kernel where the CPU has AMX and taps' does not run. torchao's x86
 wheels (PyPI, download.pytorch.org) leave its C++ CPU kernels out: torchao 0.18.0 from PyPI
 registers no CPU op (checked 2026-12-02), so `make install-torchao` builds it from source with
 them (session 44).
@@ -136,13 +136,13 @@ def _qlinear(xq: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_
 class W4A8Product:
     """rows [R, K] times an int4 weight, each row rounded to int8 by its own scale as for w8a8,
     multiplied by one of two kernels (`w4a8_kernel`), each with its own grid:
-    - torchao's `da8w4_linear_cpu` where the CPU has AMX: one scale and int8 zero point per group of
-      `group` inputs and output channel (w = (code - zero) * scale, codes 0..15, zero kept in range so
-      that 0 is exact), groups of up to 128;
-    - taps' own AVX-512 VNNI kernel (taps.vnni) elsewhere: int4's grid (w = low + code * scale, groups
-      of 32: a Q4_K file's sub-blocks, so a packaged model's weights land on their own grid), and
-      `quantize_weights` keeps the LM head in int8; next-token agreement of the 1.5B with its float
-      model 0.97 against torchao's grid's 0.93 (results/quantized-targets/zen5).
+    - taps' own AVX-512 VNNI kernel (taps.vnni) wherever it runs: int4's grid (w = low + code * scale,
+      groups of 32: a Q4_K file's sub-blocks, so a packaged model's weights land on their own grid),
+      and `quantize_weights` keeps the LM head in int8; next-token agreement of the 1.5B with its float
+      model 0.97 against torchao's grid's 0.93 (results/quantized-targets/zen5);
+    - torchao's `da8w4_linear_cpu` on a CPU with AMX where taps' does not run (or when asked): one
+      scale and int8 zero point per group of `group` inputs and output channel (w = (code - zero) *
+      scale, codes 0..15, zero kept in range so that 0 is exact), groups of up to 128.
     So w4a8 is one model per kernel; lossless holds against the model as this machine computes it,
     as for every scheme.
 
@@ -392,15 +392,24 @@ W4A8_KERNEL_VAR = "TAPS_W4A8_KERNEL"  # auto (default), torchao or vnni: which k
 
 @functools.cache
 def w4a8_kernel() -> str | None:
-    """The kernel `W4A8Product` multiplies with here: "torchao" where the CPU has AMX and torchao's
-    CPU kernels are installed (its AMX tile product, measured in W4A8Product's docstring), else
-    "vnni" (taps.vnni) where the CPU has AVX-512 VNNI and the kernel builds; None where neither runs.
-    $TAPS_W4A8_KERNEL=torchao or vnni asks for one (to compare them on one machine). Each is probed
-    once: every row gets the same bits alone as batched (1, 4 and 33 rows: torchao's VNNI and AMX
-    paths)."""
+    """The kernel `W4A8Product` multiplies with here: "vnni" (taps.vnni) where the CPU has AVX-512 VNNI
+    and the kernel builds, else "torchao" where the CPU has AMX and torchao's CPU kernels are installed;
+    None where neither runs. $TAPS_W4A8_KERNEL=torchao or vnni asks for one (to compare them on one
+    machine). Each is probed once: every row gets the same bits alone as batched (1, 4 and 33 rows:
+    torchao's VNNI and AMX paths).
+
+    Why taps' own first where the CPU has AMX too: on a 2-core Intel Xeon with AMX (session 49,
+    results/quantized-targets/xeon-amx/kernel-ab, one process, the 1.5B w4a8 target beside the shipped
+    drafter, 5 HumanEval + 5 MT-Bench, T=0, 128 tokens) the products of one forward's layers cost 33.5 /
+    40.2 / 66.9 ms for 1 / 8 / 16 rows on taps.vnni against torchao's 41.1 / 66.5 / 74.4 (torchao's AMX
+    tiles win from 32 rows: 88 against 115), and tokens/s were 1.08x / 1.11x (ar), 1.08x / 1.17x (taps:32)
+    torchao's on code / chat with the same w8a8 drafter, 1.19x / 1.32x (taps:32) with the drafter on
+    taps.vnni too; its grid is the closer model as well (W4A8Product)."""
     wanted = os.environ.get(W4A8_KERNEL_VAR, "auto")
     if wanted not in ("auto", "torchao", "vnni"):
         raise ValueError(f"${W4A8_KERNEL_VAR}={wanted!r}: choose auto, torchao or vnni")
+    if wanted != "torchao" and vnni.load() is None and _rows_independent("vnni"):
+        return "vnni"
     if wanted == "torchao" or (wanted == "auto" and has_amx()):
         try:
             import torchao  # noqa: F401  (loads the kernels)
@@ -409,10 +418,6 @@ def w4a8_kernel() -> str | None:
                 return "torchao"
         except (ImportError, AttributeError, RuntimeError):  # no torchao, or one without its CPU kernels
             pass
-        if wanted == "torchao":
-            return None
-    if vnni.load() is None and _rows_independent("vnni"):
-        return "vnni"
     return None
 
 

@@ -17,7 +17,6 @@ from taps.drafters.testing import TEST_DRAFTERS
 from taps.quantize import auto_scheme, check_scheme, quantize_linears
 from taps.scorer import is_scorer_folder
 from taps.target import Target
-from taps.weightonly import target_quant_of
 
 SHIPPED = Path(__file__).parent.parent / "shipped"  # trained drafters that ship with taps, one folder per packaged target
 SCORER_DIR = "scorer"  # a drafter folder's trained TAPS edge scorer (taps train-scorer), used by default
@@ -33,7 +32,7 @@ def load_drafter(name_or_folder: str, target: Target, *, block_len: int | None =
     `block_len` sets a test or sibling drafter's L; a trained drafter has its own, and a different
     one is an error. `quantize` (taps.quantize.SCHEMES) runs a trained drafter's linear layers in int8:
     faster drafts, the output unchanged; "auto" picks by kind and device (`resolve_quant`)."""
-    quantize = resolve_quant(quantize, name_or_folder, target.device, target_quant_of(target.model))
+    quantize = resolve_quant(quantize, name_or_folder, target.device)
     if name_or_folder in TEST_DRAFTERS:
         if check_scheme(quantize) != "none":
             raise ValueError(f"the test drafter {name_or_folder!r} has no weights to quantize; --drafter-quant is for trained drafters")
@@ -59,19 +58,18 @@ def load_drafter(name_or_folder: str, target: Target, *, block_len: int | None =
     return drafter
 
 
-def resolve_quant(quantize: str, name_or_folder: str | None, device: torch.device | str,
-                  target_quant: str = "none") -> str:
-    """`quantize` with "auto" resolved for the drafter `name_or_folder` on `device` beside a target in
-    `target_quant` (taps.quantize.auto_scheme): its kind's choice for a trained drafter folder, int8
-    for a sibling model, none for a test drafter or anything else."""
+def resolve_quant(quantize: str, name_or_folder: str | None, device: torch.device | str) -> str:
+    """`quantize` with "auto" resolved for the drafter `name_or_folder` on `device`
+    (taps.quantize.auto_scheme): its kind's choice for a trained drafter folder, int8 for a sibling
+    model, none for a test drafter or anything else."""
     if check_scheme(quantize) != "auto":
         return quantize
     if name_or_folder is None or name_or_folder in TEST_DRAFTERS:
         return "none"
     if _is_sibling(name_or_folder):
-        return auto_scheme("int8", device, target_quant)
+        return auto_scheme("int8", device)
     kind = drafter_kind(Path(name_or_folder)) if Path(name_or_folder).is_dir() else None
-    return "none" if kind is None else auto_scheme(kind.auto_quant, device, target_quant)
+    return "none" if kind is None else auto_scheme(kind.auto_quant, device)
 
 
 def _is_sibling(name_or_folder: str) -> bool:

@@ -7,7 +7,10 @@ measured before (`taps profile ... --drafter-quant Q`). Resumable.
     .venv/bin/python results/quantized-targets/zen5/drafter-quant/run.py   # -> int8.jsonl, w4a8.jsonl
 
 TARGET_QUANT=none (session 48) runs the same pair beside the bfloat16 target instead, methods ar and
-taps:32, into int8-none.jsonl and w4a8-none.jsonl, each drafter with its profile beside that target."""
+taps:32, into int8-none.jsonl and w4a8-none.jsonl, each drafter with its profile beside that target.
+QUANTS=w8a8,w4a8 compares other drafter quantizations (default int8,w4a8), OUT=folder writes another
+CPU's files (session 49: OUT=results/quantized-targets/xeon-amx/drafter-quant, w8a8 being auto's choice
+with AMX before)."""
 
 import os
 import subprocess
@@ -15,12 +18,14 @@ from pathlib import Path
 
 from taps.bench import BenchConfig, run_side_by_side
 
-HERE = Path(__file__).parent
+HERE = Path(os.environ.get("OUT", Path(__file__).parent))
+QUANTS = os.environ.get("QUANTS", "int8,w4a8").split(",")
 TARGET_QUANT = os.environ.get("TARGET_QUANT", "w4a8")
 METHODS = ("ar", "ddtree:8", "taps:32") if TARGET_QUANT == "w4a8" else ("ar", "taps:32")
 SUFFIX = "" if TARGET_QUANT == "w4a8" else f"-{TARGET_QUANT}"  # the files of session 46 keep their names
+HERE.mkdir(exist_ok=True)
 benches = []
-for quant in ("int8", "w4a8"):
+for quant in QUANTS:
     profile = HERE / f"profile-{TARGET_QUANT}-draft-{quant}.json"
     if not profile.exists():
         subprocess.run([".venv/bin/taps", "profile", "--target", "qwen2.5-coder-1.5b", "--dtype", "bfloat16",
