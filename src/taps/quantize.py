@@ -69,8 +69,8 @@ def auto_scheme(kind_default: str, device: torch.device | str) -> str:
     1.11x [1.07-1.13]. On the Xeon with AMX (session 49, results/quantized-targets/xeon-amx) against
     w8a8: beside the w4a8 target (5 + 5 prompts, kernel-ab/) taps:32 1.11x [1.07-1.14] / 1.12x
     [1.07-1.16]; beside the bfloat16 target (10 + 10, drafter-quant/) a draft 46 / 38 against 62 / 59 ms a
-    round at level tau, taps:32 1.03x [0.98-1.07] / 1.07x [1.02-1.09] though its session ran the same
-    target's plain decoding 0.94x / 0.95x (made second in the process: the order costs the later one)."""
+    round at level tau, taps:32 1.03x [0.98-1.07] / 1.07x [1.02-1.09], though its session (made second in
+    the process) also ran the same target's plain decoding 0.94x / 0.95x."""
     if torch.device(device).type != "cpu" or not _int8_engine():
         return "none"
     if kind_default == "int8" and w4a8_kernel() == "vnni":

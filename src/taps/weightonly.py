@@ -398,13 +398,14 @@ def w4a8_kernel() -> str | None:
     machine). Each is probed once: every row gets the same bits alone as batched (1, 4 and 33 rows:
     torchao's VNNI and AMX paths).
 
-    Why taps' own first where the CPU has AMX too: on a 2-core Intel Xeon with AMX (session 49,
-    results/quantized-targets/xeon-amx/kernel-ab, one process, the 1.5B w4a8 target beside the shipped
-    drafter, 5 HumanEval + 5 MT-Bench, T=0, 128 tokens) the products of one forward's layers cost 33.5 /
-    40.2 / 66.9 ms for 1 / 8 / 16 rows on taps.vnni against torchao's 41.1 / 66.5 / 74.4 (torchao's AMX
-    tiles win from 32 rows: 88 against 115), and tokens/s were 1.08x / 1.11x (ar), 1.08x / 1.17x (taps:32)
-    torchao's on code / chat with the same w8a8 drafter, 1.19x / 1.32x (taps:32) with the drafter on
-    taps.vnni too; its grid is the closer model as well (W4A8Product)."""
+    Why taps' own first where the CPU has AMX too (2-core Intel Xeon with AMX, session 49,
+    results/quantized-targets/xeon-amx): the w4a8 products of one forward of the 1.5B's layers cost 34.4 /
+    40.8 / 65.3 ms for 1 / 8 / 16 rows on taps.vnni against torchao's 43.9 / 67.4 / 74.7, torchao's AMX
+    tiles winning from 32 rows (90.8 against 111.2; forward-products.py); in the decoding loop (kernel-ab.py,
+    one process, the w4a8 1.5B beside the shipped drafter, 5 HumanEval + 5 MT-Bench, T=0, 128 tokens, both
+    session orders) taps:32 ran 1.03-1.08x / 1.17-1.19x torchao's tokens/s on code / chat with the same w8a8
+    drafter, 1.19-1.20x / 1.32x with the drafter on taps.vnni too; its grid is the closer model as well
+    (W4A8Product)."""
     wanted = os.environ.get(W4A8_KERNEL_VAR, "auto")
     if wanted not in ("auto", "torchao", "vnni"):
         raise ValueError(f"${W4A8_KERNEL_VAR}={wanted!r}: choose auto, torchao or vnni")
