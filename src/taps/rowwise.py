@@ -75,7 +75,7 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if (op := kernel_for(query.device, key.dtype, group)) is not None:
         out = [op(
             query[b], scale, key[b].contiguous(), value[b].contiguous(),
-            *(causal(key.shape[2], rows) if attention_mask is None else _index(attention_mask, b)))
+            *(causal(key.shape[2], rows) if attention_mask is None else index(attention_mask, b)))
             for b in range(batch)]  # [Q, H, D] each
         return out[0][None] if batch == 1 else torch.stack(out), None
     # row i's heads as [Hkv, group, D] blocks, scaled once for all rows
@@ -133,7 +133,7 @@ def _allowed(mask: torch.Tensor, b: int) -> list[int | tuple[int, torch.Tensor]]
 _last_index: tuple[list, tuple[torch.Tensor, ...]] | None = None  # (_allowed's list, its _index)
 
 
-def _index(mask: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def index(mask: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`_allowed(mask, b)` as the kernel's lists: prefix [Q] (row i reads keys 0 .. prefix[i] - 1, then)
     extra[offsets[i] : offsets[i + 1]] (offsets [Q + 1]); made once per mask, as `_allowed`'s list."""
     global _last_index

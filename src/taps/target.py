@@ -14,6 +14,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from taps.drafters.decoder import Decoder, KVCache, fits
 from taps.gqa import NAME as GQA
 from taps.rowwise import NAME as ROWWISE
 from taps.tree import Tree
@@ -40,7 +41,14 @@ class Target:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.read_features(feature_layers)
-        self.cache: DynamicCache | None = None
+        # a quantized target (taps.weightonly: row-wise attention) walks its layers through taps' own forward
+        # (taps.drafters.decoder) where it can: the same modules and kernels in the same order, so the same bits
+        # as transformers' forward (tests/test_target_decoder.py), with its keys and values written in place
+        # instead of concatenated; measured in results/quantized-targets/xeon-amx/decoder-ab.py
+        self.decoder = Decoder(model) if impl == ROWWISE and fits(model) else None
+        if self.decoder is not None and self.decoder.rowwise is None:  # a tree needs the kernel's key lists
+            self.decoder = None
+        self.cache: DynamicCache | KVCache | None = None
         self.n_cached = 0
 
     def read_features(self, layers: Sequence[int]) -> None:
@@ -85,8 +93,8 @@ class Target:
         return int(self.config.max_position_embeddings)
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
-        if any(type(layer) is not DynamicLayer for layer in self.cache.layers):
+        self.cache = self.decoder.new_cache() if self.decoder is not None else DynamicCache(config=self.config)
+        if self.decoder is None and any(type(layer) is not DynamicLayer for layer in self.cache.layers):
             # a sliding-window layer forgets old entries, so tree slots would not line up
             raise TargetError("sliding-window attention caches are not supported by tree verification")
         self.n_cached = 0
@@ -138,7 +146,11 @@ class Target:
             self._feature_chunks = [] if kept is None else [kept]
         self.cached_ids, self.n_cached = ids[:common], common
         self.reused = common  # prompt tokens this prefill found in the cache
-        if common < len(ids):
+        if common < len(ids) and self.decoder is not None:
+            _, features = self.decoder.walk(torch.tensor(ids[common:], device=self.device), self.cache,
+                                            features=self.feature_layers)
+            self._remember(ids[common:], torch.cat(features, -1) if features else None)
+        elif common < len(ids):
             out = self.model.base_model(
                 input_ids=torch.tensor([ids[common:]], device=self.device),
                 position_ids=torch.arange(common, len(ids), device=self.device)[None],
@@ -177,6 +189,12 @@ class Target:
                 f"{self.max_positions}"
             )
         tokens, depths = tree.tokens.to(self.device), tree.depths.to(self.device)  # [n_nodes] each
+        if self.decoder is not None:
+            x, features = self.decoder.walk(tokens, self.cache, positions=self.n_cached + depths,
+                                            mask=self.tree_mask(tree), features=self.feature_layers)
+            features = torch.cat(features, -1) if features else None
+            self._tree = (tree.tokens.tolist(), features)
+            return TreeOutput(self.decoder.logits(x).float(), features)
         out = self.model(
             input_ids=tokens[None],
             position_ids=(self.n_cached + depths)[None],
@@ -202,7 +220,12 @@ class Target:
         if self.cache.get_seq_length() != start + n_nodes:
             raise TargetError("commit() must follow exactly one forward_tree()")
         contiguous = list(keep) == list(range(len(keep)))
-        for layer in self.cache.layers:
+        if isinstance(self.cache, KVCache):  # every layer at once: [layers, kv_heads, slots, d]
+            if not contiguous:
+                self.cache.keys[:, :, start : start + len(idx)] = self.cache.keys[:, :, start + idx]
+                self.cache.values[:, :, start : start + len(idx)] = self.cache.values[:, :, start + idx]
+            self.cache.length = start + len(idx)
+        for layer in getattr(self.cache, "layers", ()):
             if not contiguous:
                 layer.keys[:, :, start : start + len(idx)] = layer.keys[:, :, start + idx]
                 layer.values[:, :, start : start + len(idx)] = layer.values[:, :, start + idx]

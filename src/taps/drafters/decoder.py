@@ -32,6 +32,8 @@ drafter whose base is not keeps transformers' forward.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -177,16 +179,33 @@ class Decoder:
         """Logits [keep, rows] of the last `keep` of `tokens` [T], fed at the positions after the
         cache's; their keys and values join the cache (trim what is not context after). The
         adapters act on the last `n_adapted` rows (the masks)."""
+        x, _ = self.walk(tokens, cache, n_adapted)
+        return self.logits(x[-keep:])
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The head's logits [T, rows] of the last layer's outputs x [T, H]."""
+        return self.head(self.norm(x))
+
+    @torch.inference_mode()
+    def walk(self, tokens: torch.Tensor, cache: KVCache, n_adapted: int = 0, positions: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None, features: Sequence[int] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The last layer's output [T, H] for `tokens` [T] written into the cache's next T slots, and the
+        outputs [T, H] of decoder layers `features`, in that order. positions [T]: the rows' (default: their
+        slots); mask [1, 1, T, slots + T] bool: the keys each row attends (default causal: each row the
+        cache and the rows up to itself), as taps.target's tree mask. Adapters act on the last `n_adapted` rows."""
         T, start = tokens.shape[0], cache.length
         end = start + T
         cache.reserve(end)
         x = self.embed(tokens)  # [T, H]
-        rope = self.rotary(x[None], torch.arange(start, end, device=x.device)[None])  # cos, sin [1, T, d]
-        # each row sees the cache and the rows up to itself (one row: everything), as the kernel's key lists or a mask
+        if positions is None:
+            positions = torch.arange(start, end, device=x.device)
+        rope = self.rotary(x[None], positions[None])  # cos, sin [1, T, d]
+        # which keys each row sees, as the kernel's key lists or a mask (one row alone: everything)
         if self.rowwise is not None:
-            lists = rowwise.causal(end, T)
-        else:
+            lists = rowwise.causal(end, T) if mask is None else rowwise.index(mask, 0)
+        elif mask is None:
             mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start) if T > 1 else None  # [T, end]
+        outputs = []
         for i, layer in enumerate(self.layers):
             q, k, v = layer.qkv(layer.input_norm(x), n_adapted)  # [T, heads * d], [T, kv_heads * d] x 2
             q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)  # [1, heads, T, d]
@@ -194,7 +213,7 @@ class Decoder:
             cache.keys[i, :, start:end] = k[0]
             cache.values[i, :, start:end] = v.view(T, self.kv_heads, self.head_dim).transpose(0, 1)
             keys, values = cache.keys[i, :, :end], cache.values[i, :, :end]  # [kv_heads, end, d]
-            if self.rowwise is not None:  # in place, every row over its prefix
+            if self.rowwise is not None:  # in place, every row over its keys
                 out = self.rowwise(q[0], layer.scaling, keys, values, *lists)  # [T, heads, d]
             else:
                 out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, scale=layer.scaling,
@@ -202,5 +221,7 @@ class Decoder:
             x = x + layer.o(out.reshape(T, -1), n_adapted)[0]
             gate, up = layer.gate_up(layer.post_norm(x), n_adapted)  # [T, I] each
             x.add_(layer.down(layer.act(gate).mul_(up), n_adapted)[0])  # x: this layer's own sum
+            if i in features:
+                outputs.append(x)  # no later step writes it: the next layer sums into a new tensor
         cache.length = end
-        return self.head(self.norm(x[-keep:]))  # [keep, rows]
+        return x, [outputs[sorted(features).index(i)] for i in features]
