@@ -1,4 +1,4 @@
-"""taps.drafters.decoder: a grown drafter's forward walked without transformers' machinery gives
+"""taps.decoder: a grown drafter's forward walked without transformers' machinery gives
 transformers' probabilities, round after round over its own cache; models it cannot walk keep
 transformers' forward."""
 
@@ -8,7 +8,7 @@ import torch
 import taps.rowwise
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
-from taps.drafters.decoder import KVCache, fits
+from taps.decoder import KVCache, fits
 from taps.drafters.grown import GrownConfig, GrownDrafter, add_adapters, on_mask_rows
 from taps.target import Target
 from tiny import tiny_model

@@ -407,7 +407,7 @@ def test_activated_adapters_keep_the_roots_row_and_train_infer_and_decode_lossle
         masked = load_drafter(str(tmp_path / "masks" / "drafter"), tgt)
     assert masked.model.mask_rows.n == 0  # unmerged (MaskRowAdapter): activated adapters skip the context
     # a sequence's start reads no `.weight` of the embedding: peft's wrapper (the mask row) builds its whole
-    # merged table on each read (130 ms a start for the 0.5B's; taps.drafters.decoder)
+    # merged table on each read (130 ms a start for the 0.5B's; taps.decoder)
     wrapper = masked.decoder.embed
     assert type(wrapper).__name__ == "TrainableTokensWrapper"
     masked.decoder.embed = Unread(wrapper)

@@ -101,7 +101,7 @@ def test_the_kernel_computes_what_the_loop_does(isa, monkeypatch):
 @pytest.mark.parametrize("isa", list(taps.rowwise.BUILDS))
 def test_the_kernel_reads_a_caches_slice_in_place(isa):
     """Heads that lie apart (a slice of a preallocated cache [kv_heads, capacity, D], as a grown drafter's
-    taps.drafters.decoder.KVCache) give the bits of their contiguous copy; a head's rows must be contiguous."""
+    taps.decoder.KVCache) give the bits of their contiguous copy; a head's rows must be contiguous."""
     op = build(isa)
     torch.manual_seed(3)
     q = torch.randn(6, 4, 32, dtype=torch.bfloat16)  # [H, Q, D]

@@ -14,7 +14,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from taps.drafters.decoder import Decoder, KVCache, fits
+from taps.decoder import Decoder, KVCache, fits
 from taps.gqa import NAME as GQA
 from taps.rowwise import NAME as ROWWISE
 from taps.tree import Tree
@@ -42,12 +42,9 @@ class Target:
         self.tokenizer = tokenizer
         self.read_features(feature_layers)
         # a quantized target (taps.weightonly: row-wise attention) walks its layers through taps' own forward
-        # (taps.drafters.decoder) where it can: the same modules and kernels in the same order, so the same bits
-        # as transformers' forward (tests/test_target_decoder.py), with its keys and values written in place
-        # instead of concatenated; measured in results/quantized-targets/xeon-amx/decoder-ab.py
-        self.decoder = Decoder(model) if impl == ROWWISE and fits(model) else None
-        if self.decoder is not None and self.decoder.rowwise is None:  # a tree needs the kernel's key lists
-            self.decoder = None
+        # where it can (taps.decoder: transformers' bits, a token ~7% sooner); a tree needs the kernel's key lists
+        decoder = Decoder(model) if impl == ROWWISE and fits(model) else None
+        self.decoder = decoder if decoder is not None and decoder.rowwise is not None else None
         self.cache: DynamicCache | KVCache | None = None
         self.n_cached = 0
 

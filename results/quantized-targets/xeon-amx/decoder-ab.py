@@ -1,5 +1,5 @@
 """A quantized target's forward through transformers against taps' own walk of its layers
-(taps.drafters.decoder, which taps.target uses for targets on row-wise attention): the same modules and
+(taps.decoder, which taps.target uses for targets on row-wise attention): the same modules and
 kernels in the same order, so the same tokens; what differs is the time. One process, one loaded
 w4a8 1.5B beside its shipped drafter (w4a8), the path switched per run (`Target.decoder`), each prompt
 and method run on both paths in turn, the order alternating by prompt. LIMIT HumanEval + LIMIT MT-Bench
@@ -27,9 +27,9 @@ METHODS = ("ar", "taps")
 spec = taps.load("qwen2.5-coder-1.5b", method="taps", budget=32, dtype="bfloat16", target_quant="w4a8",
                  drafter_quant="w4a8", profile=str(HERE / "profile-w4a8-vnni-w4a8.json"), reuse_prefix=False)
 decoder = spec.target.decoder
-assert decoder is not None, "this target does not walk through taps.drafters.decoder here"
-cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-           platform.processor())
+assert decoder is not None, "this target does not walk through taps.decoder here"
+with open("/proc/cpuinfo") as info:
+    cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), platform.processor())
 prompts = load_prompts("humaneval", LIMIT) + load_prompts("mt-bench", LIMIT)
 spec.generate(prompts[0].turns[0], max_new_tokens=16)  # warm-up: kernels built, caches touched
 records = []
@@ -43,7 +43,7 @@ with (HERE / "decoder-ab.jsonl").open("w") as out:
                 start = time.perf_counter()
                 result = spec.generate(prompt.turns[0], max_new_tokens=128, method=method, on_round=rounds.append)
                 seconds = time.perf_counter() - start
-                record = {"prompt_id": prompt.id, "dataset": prompt.dataset, "method": method, "path": path,
+                record = {"prompt": prompt.id, "dataset": prompt.dataset, "method": method, "path": path,
                           "tokens": len(result.token_ids), "seconds": seconds,
                           "tokens_per_s": len(result.token_ids) / seconds, "rounds": len(rounds),
                           "stage_ms": [1000 * statistics.median(r.seconds[i] for r in rounds) for i in range(4)],
@@ -52,7 +52,7 @@ with (HERE / "decoder-ab.jsonl").open("w") as out:
                 out.write(json.dumps(record) + "\n")
                 out.flush()
 
-by = {(r["prompt_id"], r["method"], r["path"]): r for r in records}
+by = {(r["prompt"], r["method"], r["path"]): r for r in records}
 rng = random.Random(0)
 for method in METHODS:
     for dataset in ("humaneval", "mt-bench"):

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from taps.decoder import apply_rotary
+
 DRAFT_VOCAB_KEY = "draft_vocab_ids"  # the draft vocabulary's buffer: it travels in model.safetensors
 
 
@@ -140,14 +142,6 @@ def rotary(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dt
     angles = positions.float()[..., None] * inv_freq  # [B, P, d/2]
     angles = torch.cat([angles, angles], dim=-1)  # [B, P, d]
     return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, heads, P, d] rotated by cos, sin [B, P, d]."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    # keep x's dtype: under autocast the projections are bfloat16 while cos, sin may be float32
-    return (x * cos[:, None] + rotated * sin[:, None]).to(x.dtype)
 
 
 class ContextCache:

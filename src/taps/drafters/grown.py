@@ -49,7 +49,7 @@ import torch
 from transformers import DynamicCache
 
 from taps.drafters.base import DrafterKind, KindTraining, TargetInfo, register
-from taps.drafters.decoder import Decoder, fits
+from taps.decoder import Decoder, fits
 from taps.drafters.dflash_model import DRAFT_VOCAB_KEY
 from taps.drafters.objective import BlockLoss, draft_index, draft_vocabulary, slot_loss, slot_weights
 from taps.files import check_weights, read_json
@@ -356,7 +356,7 @@ class GrownDrafter:
 
     @model.setter
     def model(self, model: PreTrainedModel) -> None:
-        # walked by taps.drafters.decoder where the base allows, else by transformers' forward; made
+        # walked by taps.decoder where the base allows, else by transformers' forward; made
         # anew whenever the model is set, so it walks the present layers (a drafter is quantized
         # after it is built: taps.drafters.loading)
         self._model = model

@@ -1,4 +1,5 @@
-"""A grown drafter's forward without transformers' per-call machinery: the draft's hot path.
+"""A Llama-family forward without transformers' per-call machinery: the hot path of grown drafters'
+drafts and of quantized targets' rounds.
 
 A grown drafter (taps.drafters.grown) is a whole base model run once a round over the new
 committed tokens and L - 1 masks. On a CPU that forward is a few hundred small operations whose
@@ -25,9 +26,20 @@ now interleaved, 30 drafts after 256-1,184 tokens, 2-core AMD EPYC Zen 5): the s
 unquantized beside the bfloat16 1.5B 64.2 -> 57.5 ms, in w4a8 (float32 activations: the kernel
 alone) 25.4 -> 24.7.
 
+A quantized target (taps.weightonly: its attention switched to taps.rowwise) walks its layers here too
+(taps.target), its tree's rows at their own positions (`walk`'s positions) over the keys the tree mask
+allows them (the kernel's key lists, taps.rowwise.index). Without adapters and on the row-wise kernel
+this is transformers' arithmetic exactly, prefill, tree rows, features and cache alike
+(tests/test_target_decoder.py), so the path changes a target's time, never its tokens. Measured
+(results/quantized-targets/xeon-amx/decoder-ab.py: the w4a8 1.5B beside its shipped drafter, one
+process, each run on both paths in turn, 5 HumanEval + 5 MT-Bench, T=0, 128 tokens, 2-core Intel Xeon
+with AMX): plain decoding 1.068x [1.037-1.070] (code) and 1.070x [1.058-1.080] (chat) the tokens/s
+through transformers, a token 57.4 -> 53.4 ms; taps:32 1.022x [0.992-1.100] and 1.042x [1.017-1.047],
+a tree's verification 73.8 -> 69.4 and 72.0 -> 67.8 ms; the same tokens every run.
+
 Applies to Llama-family decoders (model types in FAMILIES: pre-norm layers of q/k/v/o attention
 with full-context rotary attention and a gated MLP); `fits` says whether a model is one, and a
-drafter whose base is not keeps transformers' forward.
+model that is not keeps transformers' forward.
 """
 
 from __future__ import annotations
@@ -39,7 +51,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from taps import rowwise
-from taps.drafters.dflash_model import apply_rotary
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, heads, P, d] rotated by cos, sin [B, P, d]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    # keep x's dtype: under autocast the projections are bfloat16 while cos, sin may be float32
+    return (x * cos[:, None] + rotated * sin[:, None]).to(x.dtype)
+
 
 FAMILIES = ("llama", "qwen2")  # config.model_type values whose decoder layers this walks
 
@@ -190,9 +210,10 @@ class Decoder:
     def walk(self, tokens: torch.Tensor, cache: KVCache, n_adapted: int = 0, positions: torch.Tensor | None = None,
              mask: torch.Tensor | None = None, features: Sequence[int] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The last layer's output [T, H] for `tokens` [T] written into the cache's next T slots, and the
-        outputs [T, H] of decoder layers `features`, in that order. positions [T]: the rows' (default: their
-        slots); mask [1, 1, T, slots + T] bool: the keys each row attends (default causal: each row the
-        cache and the rows up to itself), as taps.target's tree mask. Adapters act on the last `n_adapted` rows."""
+        outputs [T, H] of decoder layers `features`, in that order, as transformers' hidden states give
+        them. positions [T]: the rows' (default: their slots); mask [1, 1, T, slots + T] bool: the keys
+        each row attends (default causal: each row the cache and the rows up to itself), as taps.target's
+        tree mask. Adapters act on the last `n_adapted` rows."""
         T, start = tokens.shape[0], cache.length
         end = start + T
         cache.reserve(end)
@@ -221,7 +242,8 @@ class Decoder:
             x = x + layer.o(out.reshape(T, -1), n_adapted)[0]
             gate, up = layer.gate_up(layer.post_norm(x), n_adapted)  # [T, I] each
             x.add_(layer.down(layer.act(gate).mul_(up), n_adapted)[0])  # x: this layer's own sum
-            if i in features:
-                outputs.append(x)  # no later step writes it: the next layer sums into a new tensor
+            if i in features:  # as transformers' hidden_states[i + 1]: the last layer's after the final norm
+                # (no later step writes x: the next layer sums into a new tensor)
+                outputs.append(self.norm(x) if i == len(self.layers) - 1 else x)
         cache.length = end
         return x, [outputs[sorted(features).index(i)] for i in features]
