@@ -10,7 +10,7 @@
 objects already loaded) into a target, a drafter, a latency profile, a scorer and a method
 (docs/layout.md). The CLI, the benchmark, `taps profile`, `taps train-scorer` and the server
 all build their parts here. Nothing process-wide changes on import; on load only what the
-arguments say (`flush_denormal`).
+arguments say (`flush_denormal`, `keep_freed_memory`).
 
 A `Speculator` decodes one request at a time (it owns the target's KV cache). A call whose
 prompt starts with everything the previous call left in the cache (its prompt and answer,
@@ -59,6 +59,7 @@ def load(
     block_len: int | None = None,
     rollout: Rollout = Rollout(),
     flush_denormal: bool = True,
+    keep_freed_memory: bool = True,
     reuse_prefix: bool = True,
     adapt_profile: bool = True,
     verbose: bool = False,
@@ -86,7 +87,9 @@ def load(
     linear: the CPU linear kernel (taps.linear: onednn-packed, onednn, torch; None: $TAPS_LINEAR,
         else onednn-packed for bfloat16 and onednn for float32 where available). flush_denormal:
         flush denormal floats to zero, process-wide (8x faster float32 decoding on x86 here; pass
-        False to leave torch's setting alone).
+        False to leave torch's setting alone). keep_freed_memory: once the models are loaded on the CPU,
+        keep the memory a round frees for the next one instead of handing it back to the system
+        (taps.heap: glibc's malloc thresholds, process-wide; pass False to leave them alone).
     reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
         next turn); False: every call prefills its whole prompt (benchmarks).
     adapt_profile: refit the profile's levels from the times the rounds themselves measure
@@ -171,6 +174,10 @@ def load(
         scorer = shipped_scorer(folder)
     if isinstance(scorer, (str, Path)):
         scorer = EdgeScorer.load(scorer)
+    if keep_freed_memory and tgt.device.type == "cpu":
+        from taps.heap import keep_freed_memory as keep
+
+        keep()
     return Speculator(tgt, drafter, str(parsed), budget, profile, scorer or None, name, rollout,
                       drafter_name=folder, reuse_prefix=reuse_prefix)
 

@@ -84,9 +84,11 @@ def depth_entropy(marginals: torch.Tensor) -> torch.Tensor:
     """[depth] entropy (nats) of each marginal: one pass over the vocabulary, so only a learned
     scorer pays for it. p log p with the log's argument clamped at float32's least normal number,
     so zeros count 0 as in `torch.special.entr`, whose unvectorised loop took 1.66 ms for a
-    [7, 151936] draft against 0.68 here (2 threads, Intel Xeon); sums equal to the last bit there."""
+    [7, 151936] draft against 0.68 here (2 threads, Intel Xeon); sums equal to the last bit there. One
+    temporary, written in place: in the decoding loop each fresh [depth, vocab] tensor is fresh pages, and
+    three of them took 2.45 ms a round (w4a8 1.5B, MT-Bench, 2-core Intel Xeon with AMX)."""
     p = marginals.float()  # [depth, vocab]
-    return -(p * p.clamp_min(torch.finfo(torch.float32).tiny).log()).sum(-1)
+    return -p.clamp_min(torch.finfo(torch.float32).tiny).log_().mul_(p).sum(-1)
 
 
 @dataclass(frozen=True)
