@@ -3,6 +3,7 @@ page faults on its next first touch); without it glibc hands a block that size b
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def faults(keep: bool) -> int:
-    src = str(__import__("pathlib").Path(heap.__file__).parents[1])
+    src = str(Path(heap.__file__).parents[1])
     out = subprocess.run([sys.executable, "-c", PROGRAM.format(src=src, keep=keep)], capture_output=True, text=True,
                          check=True).stdout
     return int(out.split()[-1])

@@ -208,12 +208,13 @@ class Decoder:
 
     @torch.inference_mode()
     def walk(self, tokens: torch.Tensor, cache: KVCache, n_adapted: int = 0, positions: torch.Tensor | None = None,
-             mask: torch.Tensor | None = None, features: Sequence[int] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+             mask: torch.Tensor | None = None, features: Sequence[int] = (),
+             ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The last layer's output [T, H] for `tokens` [T] written into the cache's next T slots, and the
-        outputs [T, H] of decoder layers `features`, in that order, as transformers' hidden states give
-        them. positions [T]: the rows' (default: their slots); mask [1, 1, T, slots + T] bool: the keys
-        each row attends (default causal: each row the cache and the rows up to itself), as taps.target's
-        tree mask. Adapters act on the last `n_adapted` rows."""
+        outputs of decoder layers `features` side by side [T, len(features) * H] (None without them), each
+        as transformers' hidden states give it. positions [T]: the rows' (default: their slots); mask
+        [1, 1, T, slots + T] bool: the keys each row attends (default causal: each row the cache and the
+        rows up to itself), as taps.target's tree mask. Adapters act on the last `n_adapted` rows."""
         T, start = tokens.shape[0], cache.length
         end = start + T
         cache.reserve(end)
@@ -226,7 +227,7 @@ class Decoder:
             lists = rowwise.causal(end, T) if mask is None else rowwise.index(mask, 0)
         elif mask is None:
             mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start) if T > 1 else None  # [T, end]
-        outputs = []
+        taken = {}  # feature layer -> its output [T, H]
         for i, layer in enumerate(self.layers):
             q, k, v = layer.qkv(layer.input_norm(x), n_adapted)  # [T, heads * d], [T, kv_heads * d] x 2
             q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)  # [1, heads, T, d]
@@ -244,6 +245,6 @@ class Decoder:
             x.add_(layer.down(layer.act(gate).mul_(up), n_adapted)[0])  # x: this layer's own sum
             if i in features:  # as transformers' hidden_states[i + 1]: the last layer's after the final norm
                 # (no later step writes x: the next layer sums into a new tensor)
-                outputs.append(self.norm(x) if i == len(self.layers) - 1 else x)
+                taken[i] = self.norm(x) if i == len(self.layers) - 1 else x
         cache.length = end
-        return x, [outputs[sorted(features).index(i)] for i in features]
+        return x, torch.cat([taken[i] for i in features], -1) if features else None

@@ -146,7 +146,7 @@ class Target:
         if common < len(ids) and self.decoder is not None:
             _, features = self.decoder.walk(torch.tensor(ids[common:], device=self.device), self.cache,
                                             features=self.feature_layers)
-            self._remember(ids[common:], torch.cat(features, -1) if features else None)
+            self._remember(ids[common:], features)
         elif common < len(ids):
             out = self.model.base_model(
                 input_ids=torch.tensor([ids[common:]], device=self.device),
@@ -189,7 +189,6 @@ class Target:
         if self.decoder is not None:
             x, features = self.decoder.walk(tokens, self.cache, positions=self.n_cached + depths,
                                             mask=self.tree_mask(tree), features=self.feature_layers)
-            features = torch.cat(features, -1) if features else None
             self._tree = (tree.tokens.tolist(), features)
             return TreeOutput(self.decoder.logits(x).float(), features)
         out = self.model(
@@ -222,11 +221,12 @@ class Target:
                 self.cache.keys[:, :, start : start + len(idx)] = self.cache.keys[:, :, start + idx]
                 self.cache.values[:, :, start : start + len(idx)] = self.cache.values[:, :, start + idx]
             self.cache.length = start + len(idx)
-        for layer in getattr(self.cache, "layers", ()):
-            if not contiguous:
-                layer.keys[:, :, start : start + len(idx)] = layer.keys[:, :, start + idx]
-                layer.values[:, :, start : start + len(idx)] = layer.values[:, :, start + idx]
-            layer.keys = layer.keys[:, :, : start + len(idx)]
-            layer.values = layer.values[:, :, : start + len(idx)]
+        else:  # transformers' DynamicCache: layer by layer, [1, kv_heads, slots, d] each
+            for layer in self.cache.layers:
+                if not contiguous:
+                    layer.keys[:, :, start : start + len(idx)] = layer.keys[:, :, start + idx]
+                    layer.values[:, :, start : start + len(idx)] = layer.values[:, :, start + idx]
+                layer.keys = layer.keys[:, :, : start + len(idx)]
+                layer.values = layer.values[:, :, : start + len(idx)]
         tokens, features = self._tree
         self._remember([tokens[i] for i in keep], None if features is None else features[idx])
