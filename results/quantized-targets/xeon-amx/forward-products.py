@@ -1,8 +1,9 @@
 """The w4a8 products of one forward of the 1.5B's layers (28 x q/k/v as one, o, gate/up as one, down;
 no head), on torchao's `da8w4_linear_cpu` and on taps.vnni, random weights (0.7 GB of int4, out of
-cache), bfloat16 rows; ms by rows, median of 7, the two kernels interleaved. Needs torchao built with
-its CPU kernels (`make install-torchao`). Session 49's output on a 2-core Intel Xeon with AMX is in
-forward-products.txt (the evidence behind taps.weightonly.w4a8_kernel's order).
+cache), bfloat16 rows; ms by rows, median of 7, the two kernels interleaved. torchao's needs torchao built
+with its CPU kernels (`make install-torchao`). Session 49's output on a 2-core Intel Xeon with AMX is in
+forward-products.txt (the evidence behind taps.weightonly.w4a8_kernel's order); session 51's of taps.vnni
+alone on a Zen 4 EPYC (`... forward-products.py vnni`) in ../zen4/forward-products.txt.
 
     .venv/bin/python results/quantized-targets/xeon-amx/forward-products.py [KERNELS]   # default torchao,vnni
 """
@@ -12,13 +13,14 @@ import sys
 import time
 
 import torch
-import torchao  # noqa: F401  (registers its CPU ops)
 
 from taps.weightonly import W4A8Product
 
 torch.manual_seed(0)
 SHAPES = [(2048, 1536), (1536, 1536), (17920, 1536), (1536, 8960)] * 28  # [out, in] of each product
 KERNELS = sys.argv[1].split(",") if len(sys.argv) > 1 else ["torchao", "vnni"]
+if "torchao" in KERNELS:
+    import torchao  # noqa: F401  (registers its CPU ops)
 REPEATS = 7
 products = {k: [W4A8Product(torch.randn(n, i) * 0.02, k) for n, i in SHAPES] for k in KERNELS}
 rows_of = {i: torch.randn(64, i).bfloat16() for i in (1536, 8960)}  # [64, in]
