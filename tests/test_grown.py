@@ -227,6 +227,44 @@ def test_rollout_rows_are_the_drafters_conditionals_along_its_greedy_path(target
     torch.testing.assert_close(short[: cut + 1], deep[: cut + 1], atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+def test_a_chats_next_turn_keeps_the_drafters_cache_of_what_the_target_kept(target):
+    """With reuse_prefix, a drafter keeps its K/V of the prompt's prefix the target kept (the previous turn)
+    and is fed only the rest; its drafts then equal a fresh drafter's and the output stays greedy. Without
+    reuse_prefix, or where the new prompt leaves the old one, it keeps nothing past the common part."""
+    tgt = Target(target)
+    drafter = GrownDrafter(noisy_copy(target, 0.05), GrownConfig("base", MASK, block_size=4), tgt)
+    fed = []  # the token count of each drafter forward
+    forward = drafter._logits
+    drafter._logits = lambda tokens, *rest: fed.append(len(tokens)) or forward(tokens, *rest)
+    cfg = DecodeConfig("ddtree", budget=6, max_new_tokens=12, stop_ids=())
+    first = [5, 17, 33, 2, 40, 8]
+    answer = generate(tgt, first, cfg, drafter, reuse_prefix=True).token_ids
+    turn2 = first + answer + [61, 7, 19]
+
+    def second_turn(prompt, reuse):
+        fed.clear()
+        res = generate(tgt, prompt, cfg, drafter, reuse_prefix=reuse)
+        assert res.token_ids == hf_greedy(target, prompt, 12)
+        return fed[0]
+
+    kept = tgt.n_cached  # the target's cache after the first turn: its prompt and answer but the last token
+    had = len(drafter.cached)  # the drafter's: up to its last draft's root, the first turn's last round short
+    assert len(first) < had <= kept
+    assert second_turn(turn2, reuse=True) == len(turn2) - had + 2  # the rest of the prompt and 2 masks
+    assert tgt.reused == kept
+    assert second_turn(turn2, reuse=False) == len(turn2) + 2  # a bench's prompt: everything again
+    changed = turn2[:4] + [9] + turn2[5:]  # leaves the previous prompt at token 4
+    generate(tgt, turn2, cfg, drafter, reuse_prefix=True)
+    assert second_turn(changed, reuse=True) == len(changed) - 4 + 2
+    # the kept cache drafts as a fresh one does
+    generate(tgt, turn2, cfg, drafter, reuse_prefix=True)
+    drafter.start(turn2, reused=len(turn2) - 3)
+    assert len(drafter.cached) > 0
+    fresh = GrownDrafter(drafter.model, drafter.cfg, tgt)
+    torch.testing.assert_close(drafter.draft(turn2, None), fresh.draft(turn2, None), atol=1e-5, rtol=1e-4)
+
+
 def noisy_copy(model, noise: float):
     """`model` with Gaussian noise on its head: its greedy path agrees with the model's only partly."""
     copy = copy_module.deepcopy(model)

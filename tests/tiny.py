@@ -75,7 +75,7 @@ class FeatureRecorder:
         self.calls: list[tuple[int, int]] = []  # (len(ids), feature rows) per draft
         self.widths: set[int] = set()  # feature widths F seen
 
-    def start(self, prompt_ids):
+    def start(self, prompt_ids, reused=0):
         pass
 
     def draft(self, ids, features):

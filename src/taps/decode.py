@@ -177,7 +177,8 @@ def rounds(
     clock = time.perf_counter
     t_start = clock()
     ids = list(prompt_ids)
-    proposer.start(ids, target.prefill(ids[:-1], reuse_prefix))  # 1. prefill all but the root, fed by each round
+    features = target.prefill(ids[:-1], reuse_prefix)  # 1. prefill all but the root, fed by each round
+    proposer.start(ids, features, target.reused)  # what the target kept, the drafter may keep
     stats.prefill_seconds = clock() - t_start
     while True:
         # 2. what this round may still commit: the max_new_tokens and context limits, exactly

@@ -91,7 +91,8 @@ def load(
         keep the memory a round frees for the next one instead of handing it back to the system
         (taps.heap: glibc's malloc thresholds, process-wide; pass False to leave them alone).
     reuse_prefix: a call whose prompt starts with what the cache holds keeps that part (a chat's
-        next turn); False: every call prefills its whole prompt (benchmarks).
+        next turn), and so does a drafter with a cache of its own (grown drafters); False: every call
+        prefills its whole prompt, the drafter's pass over it included (benchmarks).
     adapt_profile: refit the profile's levels from the times the rounds themselves measure
         (taps.costmodel.OnlineProfile: medians per tree size, first rounds of a size dropped);
         False keeps the profile as measured.

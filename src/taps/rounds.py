@@ -41,8 +41,9 @@ from taps.tree import Tree
 
 
 class Proposer(Protocol):
-    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
-        """A sequence begins: `ids` is the prompt, `features` [len(ids) - 1, F] those of the prefilled tokens."""
+    def start(self, ids: Sequence[int], features: torch.Tensor | None, reused: int = 0) -> None:
+        """A sequence begins: `ids` is the prompt, `features` [len(ids) - 1, F] those of the prefilled tokens,
+        of which the target kept the first `reused` from its previous call (taps.drafters.Drafter.start)."""
 
     def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
         """This round's proposal for at most `depth` drafted tokens, or None: the root alone."""
@@ -55,7 +56,7 @@ class Proposer(Protocol):
 class NoProposer:
     """Plain autoregressive decoding: no drafter is called, every tree is the root alone."""
 
-    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
+    def start(self, ids: Sequence[int], features: torch.Tensor | None, reused: int = 0) -> None:
         pass
 
     def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
@@ -88,9 +89,9 @@ class DraftProposer:
         self.pending: torch.Tensor | None = None  # features of committed tokens the drafter has not been given
         self.draft_seconds = 0.0  # the last draft's time (block pass and rollout), for copy planning
 
-    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
+    def start(self, ids: Sequence[int], features: torch.Tensor | None, reused: int = 0) -> None:
         self.pending = features
-        self.drafter.start(ids)
+        self.drafter.start(ids, reused)
 
     def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
         if depth == 0:
@@ -126,8 +127,8 @@ class CopyProposer:
         self.path = Continuation([])  # this round's continuation (tokens empty: none found)
         self.drafted = False  # whether this round's proposal came from the drafter
 
-    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
-        self.fallback.start(ids, features)
+    def start(self, ids: Sequence[int], features: torch.Tensor | None, reused: int = 0) -> None:
+        self.fallback.start(ids, features, reused)
 
     def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
         self.path = self.planner.continuation(ids)
@@ -155,8 +156,8 @@ class PausingProposer:
         self.t_start = 0.0
         self.drafted = False  # whether this round's proposal came from `inner`
 
-    def start(self, ids: Sequence[int], features: torch.Tensor | None) -> None:
-        self.inner.start(ids, features)
+    def start(self, ids: Sequence[int], features: torch.Tensor | None, reused: int = 0) -> None:
+        self.inner.start(ids, features, reused)
 
     def propose(self, ids: Sequence[int], depth: int, budget: int) -> Proposal | None:
         self.t_start = time.perf_counter()

@@ -38,8 +38,10 @@ class Drafter(Protocol):
     vocab_size: int  # must equal the target's output vocabulary
     feature_layers: tuple[int, ...]  # target layers whose hidden states the drafter reads
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        """A new sequence begins; forget the previous one."""
+    def start(self, prompt_ids: Sequence[int], reused: int = 0) -> None:
+        """A new sequence begins; forget the previous one, except what a drafter may keep of its first
+        `reused` tokens: those the target kept in its own cache from the previous call (a chat's next
+        turn, taps.target.Target.prefill's reuse), so the drafter may skip them too."""
 
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
         """Committed ids (root last) + new features [k, F] -> marginals [L, vocab] (float32, rows sum to 1)."""

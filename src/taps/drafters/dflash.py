@@ -76,7 +76,8 @@ class DFlashDrafter:
         self.dtype, self.device = target.dtype, target.device
         self.cache = ContextCache(cfg.num_hidden_layers)
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
+    def start(self, prompt_ids: Sequence[int], reused: int = 0) -> None:
+        # its context is the target's features of the prompt, all of them given again (Target.prefill)
         self.cache = ContextCache(self.model.config.num_hidden_layers)
 
     @torch.inference_mode()

@@ -362,7 +362,19 @@ class GrownDrafter:
         self._model = model
         self.decoder = Decoder(model) if fits(model) else None
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
+    def start(self, prompt_ids: Sequence[int], reused: int = 0) -> None:
+        """Keep the K/V of the longest prefix of the prompt's first `reused` tokens that the cache holds (a
+        chat's next turn: the previous prompt and answer, which the target kept too), forget the rest.
+        Invariant: self.cache holds the K/V of exactly self.cached, at positions 0.. in order."""
+        keep = 0
+        for old, new in zip(getattr(self, "cached", ()), prompt_ids[:reused]):
+            if old != new:
+                break
+            keep += 1
+        if keep:
+            self.cache.crop(keep)  # both caches' crop keeps the first `keep` positions
+            self.cached = list(prompt_ids[:keep])
+            return
         self.cache = self.decoder.new_cache() if self.decoder else DynamicCache(config=self.model.config)
         self.cached: list[int] = []  # committed tokens whose K/V are in self.cache
 

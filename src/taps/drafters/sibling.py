@@ -45,7 +45,7 @@ class GreedyPathDrafter:
         self.path: list[int] = []  # tokens whose K/V are in self.cache: context, then greedy tokens
         self.rows: dict[int, torch.Tensor] = {}  # position i -> [rows] logits for the token after path[i]
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
+    def start(self, prompt_ids: Sequence[int], reused: int = 0) -> None:
         """Nothing to forget: the cached path is reused whenever the new context follows it."""
 
     @torch.inference_mode()

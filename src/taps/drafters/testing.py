@@ -39,7 +39,7 @@ class RandomDrafter:
         self.seed = seed
         self.gen = torch.Generator().manual_seed(seed)
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
+    def start(self, prompt_ids: Sequence[int], reused: int = 0) -> None:
         self.gen.manual_seed(self.seed)
 
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
@@ -56,7 +56,7 @@ class NoisyDrafter(OracleDrafter):
         self.seed, self.noise = seed, noise
         self.gen = torch.Generator().manual_seed(seed)
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
+    def start(self, prompt_ids: Sequence[int], reused: int = 0) -> None:
         self.gen.manual_seed(self.seed)
 
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
