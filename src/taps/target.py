@@ -24,6 +24,17 @@ class TargetError(ValueError):
     """The target cannot run what was asked (unsupported attention, context overflow, ...)."""
 
 
+def common_prefix(held: Sequence[int], ids: Sequence[int]) -> int:
+    """How many leading tokens of `ids` a cache holding `held` already has (their longest common prefix):
+    what the target's prefill and the drafters' caches keep of a new context."""
+    common = 0
+    for a, b in zip(held, ids):
+        if a != b:
+            break
+        common += 1
+    return common
+
+
 @dataclass
 class TreeOutput:
     logits: torch.Tensor  # [n_nodes, vocab] float32, row i = next-token logits after node i
@@ -129,12 +140,7 @@ class Target:
         cache already holds (the previous call's prompt and answer: a chat's next turn) is kept
         and only the rest is fed; else the cache starts empty."""
         ids = list(ids)
-        common = 0
-        if reuse and self.cache is not None:
-            for a, b in zip(self.cached_ids, ids):
-                if a != b:
-                    break
-                common += 1
+        common = common_prefix(self.cached_ids, ids) if reuse and self.cache is not None else 0
         if common == 0:
             self.reset()
         elif common < self.n_cached:

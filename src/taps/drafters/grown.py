@@ -48,13 +48,13 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import DynamicCache
 
-from taps.drafters.base import DrafterKind, KindTraining, TargetInfo, register
 from taps.decoder import Decoder, fits
+from taps.drafters.base import DrafterKind, KindTraining, TargetInfo, register
 from taps.drafters.dflash_model import DRAFT_VOCAB_KEY
 from taps.drafters.objective import BlockLoss, draft_index, draft_vocabulary, slot_loss, slot_weights
 from taps.files import check_weights, read_json
 from taps.quantize import load_dtype
-from taps.target import Target
+from taps.target import Target, common_prefix
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -366,11 +366,7 @@ class GrownDrafter:
         """Keep the K/V of the longest prefix of the prompt's first `reused` tokens that the cache holds (a
         chat's next turn: the previous prompt and answer, which the target kept too), forget the rest.
         Invariant: self.cache holds the K/V of exactly self.cached, at positions 0.. in order."""
-        keep = 0
-        for old, new in zip(getattr(self, "cached", ()), prompt_ids[:reused]):
-            if old != new:
-                break
-            keep += 1
+        keep = common_prefix(self.cached, prompt_ids[:reused]) if reused else 0
         if keep:
             self.cache.crop(keep)  # both caches' crop keeps the first `keep` positions
             self.cached = list(prompt_ids[:keep])

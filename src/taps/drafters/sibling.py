@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from taps.target import Target
+from taps.target import Target, common_prefix
 
 
 class GreedyPathDrafter:
@@ -65,11 +65,7 @@ class GreedyPathDrafter:
         """Make the cached path start with `ids` and hold the root's row."""
         if self.path[: len(ids)] == ids and len(ids) - 1 in self.rows:
             return
-        common = 0
-        for a, b in zip(self.path, ids[:-1]):  # the root is always re-fed: its row is needed
-            if a != b:
-                break
-            common += 1
+        common = common_prefix(self.path, ids[:-1])  # the root is always re-fed: its row is needed
         if common < len(self.path):
             self.cache.crop(common - len(self.path))  # a negative crop drops that many tokens
         self.path = self.path[:common]
