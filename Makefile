@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(TAPS) models fetch smollm2-135m
 	@echo "== measure this machine's verification latency (cost-aware tree sizes use it) =="
 	$(TAPS) profile --target smollm2-135m --sizes 0,1,3,7,11,15 --contexts 256 --repeats 3
-	@echo "== one answer with the shipped DFlash drafter (chain of 7) =="
+	@echo "== one answer with the shipped drafter (SmolLM2 grown from itself; chain of 7) =="
 	$(TAPS) generate --target smollm2-135m --method chain --max-new-tokens 64 --prompt "$(PROMPT)"
 	@echo "== quick benchmark: 3 HumanEval prompts, 64 tokens, greedy, this CPU's default dtype (rerun: reuses runs/demo.jsonl) =="
 	$(TAPS) bench --target smollm2-135m --methods ar,chain,ddtree,taps --budgets 7 --datasets humaneval \

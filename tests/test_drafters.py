@@ -67,6 +67,12 @@ def test_shipped_drafters_and_their_scorers():
         scorer = shipped_scorer(folder)
         assert drafter_kind(scorer) is None  # a scorer folder is never taken for a drafter
         assert EdgeScorer.load(scorer).config.buckets == 4096
+    # SmolLM2's DFlash drafter ships beside its default grown one: asked for by kind, as vLLM's dflash method asks
+    assert drafter_kind(shipped_drafter("smollm2-135m")).name == "grown"
+    assert shipped_drafter("smollm2-135m", "dflash") == str(SHIPPED / "smollm2-135m-dflash")
+    assert shipped_drafter("smollm2-135m", "grown") == shipped_drafter("smollm2-135m")
+    assert shipped_drafter("qwen2.5-coder-1.5b", "dflash") is None
+    assert drafter_kind(shipped_drafter("smollm2-135m", "dflash")).name == "dflash"
     assert shipped_drafter("no-such-model") is None
     assert shipped_scorer(None) is None and all(shipped_scorer(name) is None for name in TEST_DRAFTERS)
 

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from taps import bench
+from taps.drafters import shipped_drafter
 
 
 def run(tmp_path, *methods, **kw):
@@ -21,6 +22,8 @@ def run(tmp_path, *methods, **kw):
 def test_transformers_peers_equal_plain_greedy_in_float32(tmp_path, peer):
     # hf-dflash: transformers' DFlash speculation with the DFlash drafter taps ships for SmolLM2
     kw = {"assistant": "smollm2-135m"} if peer == "hf-assisted" else {}
+    if peer == "hf-dflash":
+        kw = {"drafter": shipped_drafter("smollm2-135m", "dflash")}
     records = run(tmp_path, peer, **kw)
     assert records[peer]["token_ids"] == records["ar"]["token_ids"]  # transformers' own lossless methods
     assert records[peer]["rounds"] is None  # a peer exposes no rounds

@@ -90,7 +90,7 @@ def test_auto_picks_int8_where_it_pays_and_names_what_ran():
     from taps.drafters import KINDS, resolve_quant, shipped_drafter
 
     for name, kind in KINDS.items():
-        folder = shipped_drafter("qwen2.5-coder-1.5b" if name == "grown" else "smollm2-135m")
+        folder = shipped_drafter("smollm2-135m", name)
         assert resolve_quant("auto", folder, "cpu") == auto_scheme(kind.auto_quant, "cpu")
         assert resolve_quant("auto", folder, "cuda") == "none" and resolve_quant("none", folder, "cpu") == "none"
     assert KINDS["grown"].auto_quant == "int8" and KINDS["dflash"].auto_quant == "none"

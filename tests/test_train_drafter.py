@@ -249,7 +249,7 @@ def test_a_warm_start_on_more_data_begins_where_another_run_ended(model, tmp_pat
     with pytest.raises(ValueError, match="DFlash drafter with other settings"):
         train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "h"), init_from=str(first.drafter_dir),
                                           num_hidden_layers=2), model=model)
-    with pytest.raises(ValueError, match="taps ships no drafter for tiny"):
+    with pytest.raises(ValueError, match="taps ships no dflash drafter for tiny"):
         train_drafter(dataclasses.replace(cfg, out=str(tmp_path / "i"), init_from="shipped"), model=model)
 
 

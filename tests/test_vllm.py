@@ -118,7 +118,7 @@ def test_proposer_answered_empty_and_ragged_rows(runs):
 
 
 def test_dflash_drafter_through_vllm_dflash_is_exact_and_accepted_as_in_taps(engine_env):
-    spec = taps.load("smollm2-135m", method="chain", dtype="bfloat16")
+    spec = taps.load("smollm2-135m", shipped_drafter("smollm2-135m", "dflash"), method="chain", dtype="bfloat16")
     prompts = [spec.encode(p) for p in CHAT]
     rounds = tokens = 0
     for text in CHAT:

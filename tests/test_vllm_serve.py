@@ -12,7 +12,7 @@ from taps.vllm_serve import RESERVED_ENV, VllmServe, command, engine_environment
 from tiny import tiny_model
 
 GROWN = str(SHIPPED / "qwen2.5-coder-1.5b")
-DFLASH = str(SHIPPED / "smollm2-135m")
+DFLASH = str(SHIPPED / "smollm2-135m-dflash")
 
 
 @pytest.fixture(scope="module")

@@ -33,9 +33,9 @@ def exported_for(target: str, drafter: str | None, dtype: str, k: int) -> Path:
     from taps.assets import DTYPES, load_model, writable_home
     from taps.drafters import load_drafter, shipped_drafter
 
-    folder = drafter or shipped_drafter(target)
+    folder = drafter or shipped_drafter(target, "dflash")
     if folder is None:
-        raise ValueError(f"taps ships no drafter for {target}: pass --drafter DFLASH_FOLDER")
+        raise ValueError(f"taps ships no DFlash drafter for {target}: pass --drafter DFLASH_FOLDER")
     model, _ = load_model(target, dtype=DTYPES[dtype])
     loaded = load_drafter(folder, Target(model))
     if not isinstance(loaded, DFlashDrafter):

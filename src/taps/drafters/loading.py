@@ -18,7 +18,7 @@ from taps.quantize import auto_scheme, check_scheme, quantize_linears
 from taps.scorer import is_scorer_folder
 from taps.target import Target
 
-SHIPPED = Path(__file__).parent.parent / "shipped"  # trained drafters that ship with taps, one folder per packaged target
+SHIPPED = Path(__file__).parent.parent / "shipped"  # trained drafters that ship with taps: NAME/ a packaged target's default, NAME-KIND/ another kind
 SCORER_DIR = "scorer"  # a drafter folder's trained TAPS edge scorer (taps train-scorer), used by default
 
 
@@ -80,15 +80,20 @@ def _is_sibling(name_or_folder: str) -> bool:
     return name_or_folder in MODELS or is_model_folder(name_or_folder)
 
 
-def shipped_drafter(target_name: str) -> str | None:
-    """The folder of the drafter taps ships for a packaged target, or None when it ships none
-    (a folder or hub id is never a packaged target)."""
+def shipped_drafter(target_name: str, kind: str | None = None) -> str | None:
+    """The folder of the drafter taps ships for a packaged target (its default: SHIPPED/NAME), or with
+    `kind` the one of that kind (the default when it is one, else SHIPPED/NAME-KIND: SmolLM2's DFlash
+    drafter, which vLLM's dflash method runs, beside its default grown one); None when taps ships
+    none (a folder or hub id is never a packaged target)."""
     from taps.assets import MODELS
 
     if target_name not in MODELS:
         return None
-    folder = SHIPPED / target_name
-    return str(folder) if drafter_kind(folder) is not None else None
+    for folder in (SHIPPED / target_name, SHIPPED / f"{target_name}-{kind}") if kind else (SHIPPED / target_name,):
+        found = drafter_kind(folder)
+        if found is not None and kind in (None, found.name):
+            return str(folder)
+    return None
 
 
 def shipped_scorer(drafter: str | None) -> str | None:

@@ -315,14 +315,14 @@ def _changed(saved: dict, now: dict) -> list[str]:
 
 def _warm_start(trainee: Trainee, kind: DrafterKind, given: str, target: str) -> None:
     """Start the trainee's weights from another run's state.pt (its folder or the file) or from a
-    saved drafter folder of the same kind ("shipped": the drafter taps ships for the target), for a
+    saved drafter folder of the same kind ("shipped": the drafter of that kind taps ships for the target), for a
     drafter of the same settings: e.g. to go on with more data, whose file hash a resumed run would
     refuse, or on a machine where the run that trained the shipped drafter is gone."""
     path = Path(given)
     if given == "shipped":
-        shipped = shipped_drafter(target)
+        shipped = shipped_drafter(target, kind.name)
         if shipped is None:
-            raise ValueError(f"init_from: taps ships no drafter for {target}; name a run or drafter folder")
+            raise ValueError(f"init_from: taps ships no {kind.name} drafter for {target}; name a run or drafter folder")
         path = Path(shipped)
     if (path / kind.marker).is_file():
         kind.training.warm_start(trainee, path)
