@@ -18,7 +18,8 @@ from taps.quantize import auto_scheme, check_scheme, quantize_linears
 from taps.scorer import is_scorer_folder
 from taps.target import Target
 
-SHIPPED = Path(__file__).parent.parent / "shipped"  # trained drafters that ship with taps: NAME/ a packaged target's default, NAME-KIND/ another kind
+# trained drafters that ship with taps: NAME/ a packaged target's default, NAME-KIND/ one of another kind
+SHIPPED = Path(__file__).parent.parent / "shipped"
 SCORER_DIR = "scorer"  # a drafter folder's trained TAPS edge scorer (taps train-scorer), used by default
 
 
@@ -89,7 +90,8 @@ def shipped_drafter(target_name: str, kind: str | None = None) -> str | None:
 
     if target_name not in MODELS:
         return None
-    for folder in (SHIPPED / target_name, SHIPPED / f"{target_name}-{kind}") if kind else (SHIPPED / target_name,):
+    folders = [SHIPPED / target_name] + ([SHIPPED / f"{target_name}-{kind}"] if kind else [])
+    for folder in folders:
         found = drafter_kind(folder)
         if found is not None and kind in (None, found.name):
             return str(folder)
