@@ -48,5 +48,6 @@ def test_sampled_answers_do_not_depend_on_their_batch(tmp_path):
     # a step's budget under the batch's prompts: each prompt still prefilled whole, in a step of its own (vLLM's
     # CPU runner cannot rewind a seeded request's generator after a prompt prefilled in parts)
     short = tmp_path / "short-steps.jsonl"
-    D.generate_data("smollm2-135m", short, 3, batch_size=3, **{**kw, "vllm_options": {**FAST, "max_num_batched_tokens": 16}})
+    D.generate_data("smollm2-135m", short, 3, batch_size=3,
+                    **{**kw, "vllm_options": {**FAST, "max_num_batched_tokens": 16}})
     assert answers(short) == answers(together)
