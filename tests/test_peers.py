@@ -21,9 +21,8 @@ def run(tmp_path, *methods, **kw):
                                   pytest.param("hf-dflash", marks=pytest.mark.slow)])
 def test_transformers_peers_equal_plain_greedy_in_float32(tmp_path, peer):
     # hf-dflash: transformers' DFlash speculation with the DFlash drafter taps ships for SmolLM2
-    kw = {"assistant": "smollm2-135m"} if peer == "hf-assisted" else {}
-    if peer == "hf-dflash":
-        kw = {"drafter": shipped_drafter("smollm2-135m", "dflash")}
+    kw = {"hf-assisted": {"assistant": "smollm2-135m"},
+          "hf-dflash": {"drafter": shipped_drafter("smollm2-135m", "dflash")}}.get(peer, {})
     records = run(tmp_path, peer, **kw)
     assert records[peer]["token_ids"] == records["ar"]["token_ids"]  # transformers' own lossless methods
     assert records[peer]["rounds"] is None  # a peer exposes no rounds

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from taps.costmodel import cpu_name
+
 HERE = Path(__file__).parent
 
 
@@ -57,8 +59,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1:  # one quantization, in a process of its own
         print(json.dumps(measure(sys.argv[1])))
         sys.exit()
-    with open("/proc/cpuinfo") as info:
-        cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    cpu = cpu_name()
     for _ in range(int(os.environ.get("ROUNDS", "2"))):
         for quant in os.environ.get("QUANTS", "w4a8,w8a8,int8").split(","):
             line = subprocess.run([sys.executable, __file__, quant], capture_output=True, text=True,

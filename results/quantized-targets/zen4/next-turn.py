@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 import taps
+from taps.costmodel import cpu_name
 from taps.datasets import load_prompts
 
 HERE = Path(__file__).parent
@@ -30,8 +31,7 @@ def forgetting(prompt_ids, reused=0):  # the drafter as it was: every call start
     keeping(prompt_ids, 0)
 
 
-with open("/proc/cpuinfo") as info:
-    cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+cpu = cpu_name()
 spec.generate("Say hi.", max_new_tokens=8)  # warm-up
 records = []
 with (HERE / "next-turn.jsonl").open("w") as out:

@@ -244,9 +244,6 @@ def _first_turn_settings(path: str | os.PathLike, target_name: str) -> dict:
     return first
 
 
-VLLM_CPU_STEP_TOKENS = 4096  # the tokens of one step of vLLM's offline engine on a CPU (its default there)
-
-
 @contextmanager
 def vllm_answerer(model_path: str, dtype: str, max_len: int, max_new_tokens: int, temperature: float, seed: int,
                   eos_ids: set[int], **options) -> Iterator[Callable[[Sequence[int], Sequence[Sequence[int]]],
@@ -263,18 +260,20 @@ def vllm_answerer(model_path: str, dtype: str, max_len: int, max_new_tokens: int
     cache of `options["kv_cache_memory_bytes"]` (default 2 GiB: vLLM's CPU default takes most of the
     machine's memory); `options` go to `vllm.LLM`.
 
-    At T > 0 every prompt is prefilled whole in one engine step (chunked prefill off, a step's token
-    budget at least the longest request's): vLLM 0.32's model runner rewinds the generator of a
-    request whose sample it discards (one prefilled in parts) with `set_offset`, which a CPU
-    torch.Generator refuses ("CPU Generator does not use offset"), so a seeded run died at the first
-    batch whose prompts overflowed one step (session 35: prompt 320 of 512, batches by length)."""
+    At T > 0 every prompt is prefilled whole in one engine step (chunked prefill off; vLLM then sizes a
+    step for its longest request, and a budget given in `options` is raised to it): vLLM 0.32's model
+    runner rewinds the generator of a request whose sample it discards (one prefilled in parts) with
+    `set_offset`, which a CPU torch.Generator refuses ("CPU Generator does not use offset"), so a
+    seeded run died at the first batch whose prompts overflowed one step (session 35: prompt 320 of
+    512, batches by length)."""
     from vllm import LLM, SamplingParams
 
     from taps.vllm_serve import engine_environment
 
     if temperature > 0:
-        budget = max(max_len, options.get("max_num_batched_tokens", VLLM_CPU_STEP_TOKENS))
-        options = {**options, "enable_chunked_prefill": False, "max_num_batched_tokens": budget}
+        options = {**options, "enable_chunked_prefill": False}
+        if "max_num_batched_tokens" in options:
+            options["max_num_batched_tokens"] = max(max_len, options["max_num_batched_tokens"])
     saved = dict(os.environ)
     os.environ.update(engine_environment())  # read by the engine's processes as they are spawned
     try:
