@@ -16,6 +16,7 @@ from taps.target import Target
 from taps.verify import SamplingConfig
 from taps.weightonly import (
     W4A8Product,
+    W8A8Product,
     WeightOnlyLinear,
     _int8_kernel_is_exact,
     _round_rows,
@@ -23,6 +24,7 @@ from taps.weightonly import (
     quantize_weights,
     target_quant_of,
     w4a8_kernel,
+    w8a8_kernel,
 )
 from tiny import tiny_model
 
@@ -329,6 +331,59 @@ def test_vnni_kernel_sums_the_worst_case_exactly_and_rounds_rows_as_w8a8(dtype):
     assert got.dtype == dtype and torch.equal(got, want)
     without_low = ((x.long() @ codes.long().T).float() * x_scale).to(dtype)
     assert not torch.equal(got, without_low)  # negative control: the minimums count
+
+
+@needs_w8a8
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_both_w8a8_kernels_give_the_same_bits(dtype):
+    """taps.vnni's int8 product and oneDNN's sum the same int8 products exactly and scale them in the same
+    order, so w8a8 is one model whichever multiplies (w8a8_kernel picks by speed): equal bits for 1-64 rows,
+    extreme weights (+-127) and rows near +-127 after rounding among them; a row alone as batched."""
+    from taps import vnni
+
+    if vnni.load() is not None:
+        pytest.skip(vnni.load())
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 256, generator=g)  # [N, K]
+    weight[:32] = torch.randint(0, 2, (32, 256), generator=g) * 2.0 - 1  # every code +-127
+    onednn, ours = W8A8Product(weight, "onednn"), W8A8Product(weight, "vnni")
+    rows = torch.randn(64, 256, generator=g).to(dtype)
+    rows[:, 0] = 9.0  # the peak of every row: its scale 9/127, so many codes near +-127
+    alone = torch.cat([ours(rows[i : i + 1]) for i in range(64)])  # [64, 96]
+    for n in (1, 2, 7, 8, 9, 33, 64):
+        assert torch.equal(ours(rows[:n]), onednn(rows[:n])), n
+        assert torch.equal(ours(rows[:n]), alone[:n]), n
+
+
+@pytest.fixture
+def fresh_w8a8_probe():
+    """w8a8_kernel probed anew inside the test and after it (cached per process and shape)."""
+    w8a8_kernel.cache_clear()
+    yield
+    w8a8_kernel.cache_clear()
+
+
+def test_w8a8_takes_taps_kernel_off_amx_where_it_runs_and_the_weight_fits(monkeypatch, fresh_w8a8_probe):
+    """auto: taps.vnni's int8 product where the CPU has no AMX, the kernel runs and the weight fits its
+    layout; oneDNN's on AMX, for odd shapes or where taps.vnni does not build; $TAPS_W8A8_KERNEL asks
+    for one, and a wrong value is refused. The kernel stubbed: this is the choice, not the kernel."""
+    monkeypatch.setattr("taps.vnni.load", lambda: None)
+    choices = []
+    for env, amx, shape in [("auto", False, (64, 256)), ("auto", False, (48, 256)), ("auto", True, (64, 256)),
+                            ("vnni", True, (64, 256)), ("onednn", False, (64, 256))]:
+        w8a8_kernel.cache_clear()
+        monkeypatch.setenv("TAPS_W8A8_KERNEL", env)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
+        choices.append(w8a8_kernel(*shape))
+    assert choices == ["vnni", "onednn", "onednn", "vnni", "onednn"]
+    w8a8_kernel.cache_clear()
+    monkeypatch.setenv("TAPS_W8A8_KERNEL", "auto")
+    monkeypatch.setattr("taps.vnni.load", lambda: "its build failed (no compiler)")
+    assert w8a8_kernel(64, 256) == "onednn"
+    w8a8_kernel.cache_clear()
+    monkeypatch.setenv("TAPS_W8A8_KERNEL", "fast")
+    with pytest.raises(ValueError, match=r"TAPS_W8A8_KERNEL='fast': choose auto, onednn or vnni"):
+        w8a8_kernel(64, 256)
 
 
 @needs_w4a8

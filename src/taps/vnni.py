@@ -1,6 +1,6 @@
 """taps' own int4 x int8 product for CPUs with AVX-512 VNNI: the kernel of `--target-quant w4a8`
 wherever it runs, AMX CPUs included (taps.weightonly.W4A8Product and w4a8_kernel, which says why; the
-C++ is kernels/w4a8_vnni.cpp).
+C++ is kernels/w4a8_vnni.cpp); and an int8 x int8 one, w8a8's off AMX (w8a8_kernel).
 
 Why a kernel of our own: on a CPU without AMX nothing maintained multiplies int4 weights by a tree's
 rows cheaply. PyTorch's `_weight_int4pack_mm_for_cpu` (`int4`) pays per row (a 31-node tree of the
@@ -45,6 +45,12 @@ multiplied by the row's scale last. Rows stay independent, bit for bit: every ro
 operations whatever the number of rows or which rows share a tile (tests/test_weightonly.py checks 1
 to 64 rows); the int32 sums are exact (|sum| <= 32 x 127 x 15 per group).
 
+int8 weights (`pack8`, `linear8`: taps.weightonly.W8A8Product off AMX, the w4a8 target's head among
+them) run the same way, 4 inputs of 32 channels a 128-byte pair of loads, the weight stored plus 128 so
+that `vpdpbusd` reads it unsigned, and 128 times the row's sum of codes taken off the int32 sum after;
+then the channel's scale and the row's, as oneDNN's product does, so both give the same bits
+(taps.weightonly.w8a8_kernel has the timings).
+
 Built at first use (taps.kernels.build; ~5 s on 2 cores). The source
 keeps two GCC 12 workarounds that the measurements above needed: vpdpbusd in place through inline
 assembly, and accumulators as named variables (arrays of them were copied or kept on the stack).
@@ -85,6 +91,21 @@ def pack(codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, group: int
         return per_group.to(SCALES).reshape(n // BLOCK, BLOCK, k // group).transpose(1, 2).contiguous()
 
     return weight, by_block(scale), by_block(low)
+
+
+def pack8(weight: torch.Tensor) -> torch.Tensor:
+    """int8 weights [N, K] -> the int8 kernel's layout [N/32, K/4, 128] uint8 (kernels/w4a8_vnni.cpp, w8a8_linear):
+    per block of 32 output channels and 4 inputs, channel j's 4 weights plus 128 at bytes 4j..4j+3 of its half."""
+    n, k = weight.shape
+    u = (weight.to(torch.int16) + 128).to(torch.uint8)  # [N, K], 1..255
+    # [block, half, lane, quad, i] -> [block, quad, half, lane, i]
+    return u.reshape(n // BLOCK, 2, 16, k // 4, 4).permute(0, 3, 1, 2, 4).reshape(n // BLOCK, k // 4, 128).contiguous()
+
+
+def linear8(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """rows [R, K] (float32 or bfloat16), each rounded to int8 by its own scale as taps.weightonly._round_rows
+    rounds, times a `pack8`ed int8 weight with float32 `scales` [N] -> [R, N] in the rows' dtype."""
+    return torch.ops.taps.w8a8_linear(rows.contiguous(), packed, scales)
 
 
 def linear(rows: torch.Tensor, packed: tuple[torch.Tensor, ...], group: int) -> torch.Tensor:

@@ -25,7 +25,8 @@ results/quantized-targets/.
 
 "w8a8" is not weight-only: the weights as int8's, and each activation row quantized to int8 on
 the fly by its own scale, multiplied by oneDNN's int8 inner product (`onednn::qlinear_pointwise`,
-VNNI/AMX) on weights packed once into its blocked layout (`onednn::qlinear_prepack`). Why: the
+VNNI/AMX) on weights packed once into its blocked layout (`onednn::qlinear_prepack`), or off AMX by
+taps.vnni's int8 product, which gives the same bits faster (`w8a8_kernel`). Why: the
 weight-only kernels pay for every row (int4 dequantizes per block of 4 rows), while the int8
 GEMM reads each weight once for all rows, so a tree costs little more than a token again; the
 prepacked layout is what makes that true from two rows on. One 1536x8960 layer, weights out of
@@ -112,13 +113,22 @@ class W8A8Product:
     probes the kernel for it). The rows go in as uint8 with zero point 128, oneDNN's u8 x s8
     layout: the same integers, shifted."""
 
-    def __init__(self, weight: torch.Tensor):
+    def __init__(self, weight: torch.Tensor, kernel: str | None = None):
         qweight, scale = _int8_rows(weight.float())  # [N, K], [N]
-        self.packed = torch.ops.onednn.qlinear_prepack(qweight, None)  # opaque: see WeightOnlyLinear
         self.scales = scale  # [N] float32, the kernel's
+        n, k = qweight.shape
+        self.kernel = kernel or w8a8_kernel(n, k)  # "vnni" or "onednn"
+        if self.kernel == "vnni":  # the same integers in taps.vnni's layout
+            if (why := vnni.load()) is not None:
+                raise RuntimeError(f"taps.vnni's kernel does not run here: {why}")
+            self.packed = vnni.pack8(qweight)
+            return
+        self.packed = torch.ops.onednn.qlinear_prepack(qweight, None)  # opaque: see WeightOnlyLinear
         self.zero_points = torch.zeros(scale.shape, dtype=torch.long)  # made once, not per call
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "vnni":
+            return vnni.linear8(rows, self.packed, self.scales)  # [R, N]: rows rounded in the kernel
         codes, x_scale = _round_rows(rows)
         xq = codes.add_(128).to(torch.uint8)  # [R, K], codes 1..255
         out = _qlinear(xq, self.packed, self.scales, self.zero_points)  # [R, N] float32: each int32 sum times its scale
@@ -420,6 +430,38 @@ def w4a8_kernel() -> str | None:
         except (ImportError, AttributeError, RuntimeError):  # no torchao, or one without its CPU kernels
             pass
     return None
+
+
+W8A8_KERNEL_VAR = "TAPS_W8A8_KERNEL"  # auto (default), onednn or vnni: which kernel w8a8 multiplies with
+
+
+@functools.cache
+def w8a8_kernel(n: int, k: int) -> str:
+    """The kernel `W8A8Product` multiplies an int8 weight [n, k] with here: "vnni" (taps.vnni's int8
+    product) where the CPU has AVX-512 VNNI and no AMX, the kernel builds and the weight fits its layout
+    (n a multiple of 32, k of 16); else "onednn". $TAPS_W8A8_KERNEL=onednn or vnni asks for one.
+
+    Both sum the same int8 products exactly in int32, then multiply by the channel's scale and the row's
+    in that order, so they give the same bits (tests/test_weightonly.py): the choice is speed alone.
+    Measured (session 53, 2-core AMD EPYC Zen 4, avx512_vnni, no AMX; bfloat16 rows, weights out of cache,
+    interleaved, median of 15; ms oneDNN -> taps.vnni):
+
+        rows                          1            8           64          256
+        151936x1536 (1.5B's head)  12.1 -> 7.8  14.1 -> 10.3  58.5 -> 40.4  279 -> 191
+        17920x1536 (gate and up)    1.9 -> 1.2   2.3 -> 1.6    6.0 -> 5.2   20.6 -> 17.7
+        1536x8960 (down)           0.49 -> 0.27 0.67 -> 0.32   3.6 -> 2.7   11.6 -> 9.2
+
+    oneDNN reads the head's int8 weights at about 19 GB/s for one row where taps.vnni reads them at ~30;
+    a forward of the w4a8 1.5B (its head int8) after 256 tokens took 0.87-0.89x the time at 1 row and
+    0.93-0.95x at 4-8 rows (paired medians of 12, one process, two runs; results/quantized-targets/zen4/head-ab.py). Where the CPU has AMX, oneDNN multiplies on its tiles and
+    stays (not measured against taps.vnni there)."""
+    wanted = os.environ.get(W8A8_KERNEL_VAR, "auto")
+    if wanted not in ("auto", "onednn", "vnni"):
+        raise ValueError(f"${W8A8_KERNEL_VAR}={wanted!r}: choose auto, onednn or vnni")
+    fits = n % vnni.BLOCK == 0 and k % 16 == 0 and k < 66_000
+    if wanted != "onednn" and fits and (wanted == "vnni" or not has_amx()) and vnni.load() is None:
+        return "vnni"
+    return "onednn"
 
 
 def _rows_independent(kernel: str) -> bool:

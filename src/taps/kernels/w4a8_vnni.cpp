@@ -1,5 +1,6 @@
-// int4 weights x int8 activation rows on AVX-512 VNNI: taps.vnni (its docstring says why and what was
-// measured). Built at first use by torch.utils.cpp_extension; registers torch.ops.taps.w4a8_linear.
+// int4 (and int8) weights x int8 activation rows on AVX-512 VNNI: taps.vnni (its docstring says why and what
+// was measured). Built at first use by torch.utils.cpp_extension; registers torch.ops.taps.w4a8_linear and
+// torch.ops.taps.w8a8_linear (int8 weights, at the end of this file).
 //
 // Layouts (weight, scales and mins made by taps.vnni.pack):
 //   x        [M, K] float32 or bfloat16, each row rounded here to int8 codes by its own scale x_scale
@@ -186,10 +187,116 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   return out;
 }
 
+// int8 weights (one scale per output channel), the product of taps.weightonly.W8A8Product on this kernel:
+//   weight   [N/32, K/4, 128] uint8: for 32 output channels and 4 inputs k..k+3, two 64-byte halves (channels
+//            0-15 and 16-31 of the block); byte 4j+i of a half holds channel j's int8 weight of input k+i plus 128
+//   scales   [N] float32
+// out[m, n] = float(sum_k x[m,k] * w[n,k]) * scale[n] * x_scale[m], rounded to float32 after each multiply, as
+// oneDNN's int8 inner product and W8A8Product's multiply by the row's scale do; the int32 sum is exact
+// (|.| <= K * 255 * 127 before the offset's 128 * sum_k x[m,k] is taken off, so K < 66,000).
+template <int R>
+void block_rows8(const int8_t* x, int64_t K, const int32_t* xsum, const uint8_t* w, const float* scales,
+                 float (*total)[kBlock]) {
+  __m512i a0, b0, a1, b1, a2, b2, a3, b3, a4, b4, a5, b5, a6, b6, a7, b7;
+  a0 = b0 = a1 = b1 = a2 = b2 = a3 = b3 = a4 = b4 = a5 = b5 = a6 = b6 = a7 = b7 = _mm512_setzero_si512();
+  for (int64_t q = 0; q < K / 4; ++q) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + q * 128 + kAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + q * 128 + kAhead + 64), _MM_HINT_T0);
+    const __m512i v0 = _mm512_loadu_si512(w + q * 128), v1 = _mm512_loadu_si512(w + q * 128 + 64);
+#define TAPS_ROW(r, a, b)                                                                        \
+  if constexpr (R > r) {                                                                         \
+    int32_t four;                                                                                \
+    __builtin_memcpy(&four, x + r * K + q * 4, 4);                                               \
+    const __m512i xs = _mm512_set1_epi32(four);                                                  \
+    dpbusd(a, v0, xs);                                                                           \
+    dpbusd(b, v1, xs);                                                                           \
+  }
+    TAPS_ROW(0, a0, b0) TAPS_ROW(1, a1, b1) TAPS_ROW(2, a2, b2) TAPS_ROW(3, a3, b3)
+    TAPS_ROW(4, a4, b4) TAPS_ROW(5, a5, b5) TAPS_ROW(6, a6, b6) TAPS_ROW(7, a7, b7)
+#undef TAPS_ROW
+  }
+  const __m512 s0 = _mm512_loadu_ps(scales), s1 = _mm512_loadu_ps(scales + 16);
+  // the offset's products off (exact in int32), then the sum to float32 times the channel's scale
+#define TAPS_TOTAL(r, a, b)                                                                                    \
+  if constexpr (R > r) {                                                                                       \
+    const __m512i offset = _mm512_set1_epi32(128 * xsum[r]);                                                   \
+    _mm512_storeu_ps(total[r], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, offset)), s0));           \
+    _mm512_storeu_ps(total[r] + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(b, offset)), s1));      \
+  }
+  TAPS_TOTAL(0, a0, b0) TAPS_TOTAL(1, a1, b1) TAPS_TOTAL(2, a2, b2) TAPS_TOTAL(3, a3, b3)
+  TAPS_TOTAL(4, a4, b4) TAPS_TOTAL(5, a5, b5) TAPS_TOTAL(6, a6, b6) TAPS_TOTAL(7, a7, b7)
+#undef TAPS_TOTAL
+}
+
+at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "x: contiguous float32 or bfloat16 [M, K]");
+  TORCH_CHECK(weight.dim() == 3 && weight.scalar_type() == at::kByte && weight.is_contiguous() &&
+                  weight.size(1) * 4 == x.size(1) && weight.size(2) == 128,
+              "weight: packed uint8 [N/32, K/4, 128]");
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0) * kBlock;
+  TORCH_CHECK(K % 16 == 0 && K < 66000, "K must be a multiple of 16 below 66,000");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.numel() == N, "scales: float32 [N]");
+  std::vector<int8_t> codes(M * K);
+  std::vector<float> row_scale(M);
+  std::vector<int32_t> xsum(M);  // each row's sum of codes, for the weights' offset of 128
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const at::BFloat16* xb = bf16 ? x.data_ptr<at::BFloat16>() : nullptr;
+  const float* xf = bf16 ? nullptr : x.data_ptr<float>();
+  at::parallel_for(0, M, std::max<int64_t>(1, 32768 / K), [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      if (bf16)
+        round_row(xb + m * K, K, K, codes.data() + m * K, &row_scale[m], &xsum[m]);
+      else
+        round_row(xf + m * K, K, K, codes.data() + m * K, &row_scale[m], &xsum[m]);
+    }
+  });
+  at::Tensor out = at::empty({M, N}, x.options());
+  at::BFloat16* ob = bf16 ? out.data_ptr<at::BFloat16>() : nullptr;
+  float* of = bf16 ? nullptr : out.data_ptr<float>();
+  const uint8_t* wp = weight.data_ptr<uint8_t>();
+  const float* sp = scales.data_ptr<float>();
+  at::parallel_for(0, weight.size(0), 1, [&](int64_t begin, int64_t end) {
+    float total[8][kBlock];
+    for (int64_t b = begin; b < end; ++b) {
+      const uint8_t* wb = wp + b * (K / 4) * 128;
+      const float* sb = sp + b * kBlock;
+      for (int64_t m = 0; m < M; m += 8) {
+        const int8_t* xm = codes.data() + m * K;
+        const int32_t* sm = xsum.data() + m;
+        const int64_t rows = std::min<int64_t>(8, M - m);
+        switch (rows) {
+          case 8: block_rows8<8>(xm, K, sm, wb, sb, total); break;
+          case 7: block_rows8<7>(xm, K, sm, wb, sb, total); break;
+          case 6: block_rows8<6>(xm, K, sm, wb, sb, total); break;
+          case 5: block_rows8<5>(xm, K, sm, wb, sb, total); break;
+          case 4: block_rows8<4>(xm, K, sm, wb, sb, total); break;
+          case 3: block_rows8<3>(xm, K, sm, wb, sb, total); break;
+          case 2: block_rows8<2>(xm, K, sm, wb, sb, total); break;
+          default: block_rows8<1>(xm, K, sm, wb, sb, total);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const float s = row_scale[m + r];
+          const int64_t first = (m + r) * N + b * kBlock;
+          if (bf16)
+            for (int j = 0; j < kBlock; ++j) ob[first + j] = at::BFloat16(total[r][j] * s);
+          else
+            for (int j = 0; j < kBlock; ++j) of[first + j] = total[r][j] * s;
+        }
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(taps, m) {
   m.def("w4a8_linear(Tensor x, Tensor weight, Tensor scales, Tensor mins, int group) -> Tensor");
+  m.def("w8a8_linear(Tensor x, Tensor weight, Tensor scales) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(taps, CPU, m) { m.impl("w4a8_linear", &w4a8_linear); }
+TORCH_LIBRARY_IMPL(taps, CPU, m) {
+  m.impl("w4a8_linear", &w4a8_linear);
+  m.impl("w8a8_linear", &w8a8_linear);
+}
