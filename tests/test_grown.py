@@ -265,6 +265,55 @@ def test_a_chats_next_turn_keeps_the_drafters_cache_of_what_the_target_kept(targ
     torch.testing.assert_close(drafter.draft(turn2, None), fresh.draft(turn2, None), atol=1e-5, rtol=1e-4)
 
 
+def test_a_shallower_draft_is_the_first_rows_of_a_full_one(target):
+    """`prefix_drafts`: a draft of `slots` positions feeds slots - 1 masks and gives the full draft's first
+    `slots` rows (each mask attends to the rows before it alone); the cache keeps the committed text only."""
+    tgt = Target(target)
+    drafter = GrownDrafter(noisy_copy(target, 0.05), GrownConfig("base", MASK, block_size=6), tgt)
+    assert drafter.prefix_drafts and drafter.block_len == 5
+    ids = [5, 17, 33, 2, 40, 8]
+    full = drafter.draft(ids, None)  # [5, vocab]
+    for slots in range(1, 6):
+        drafter.start(())
+        part = drafter.draft(ids, None, slots)
+        assert part.shape == (slots, 96)
+        torch.testing.assert_close(part, full[:slots], atol=1e-6, rtol=1e-5)
+        assert drafter.cache.get_seq_length() == len(ids)
+    assert drafter.draft(ids + [3], None, 9).shape == (5, 96)  # never more than L
+
+
+@pytest.mark.filterwarnings("ignore:.*LatencyProfile")
+@pytest.mark.parametrize("method", ["ddtree", "taps", "chain", "taps+copy"])
+def test_drafts_go_as_deep_as_the_last_drafted_tree_plus_one_and_decode_losslessly(target, method):
+    """A sequence's first draft asks for all L positions; each later one for the previous drafted tree's
+    depth + 1, at most L and at most what the round may still commit; a copy round's tree changes nothing.
+    The output stays the target's greedy one."""
+    tgt = Target(target)
+    drafter = GrownDrafter(noisy_copy(target, 0.05), GrownConfig("base", MASK, block_size=6), tgt)
+    asked = []
+    draft = drafter.draft
+    drafter.draft = lambda ids, features, slots=None: asked.append(slots) or draft(ids, features, slots)
+    rounds = []  # (tree depth, drafted by the drafter, tokens committed)
+    prompt = [5, 17, 33, 2]
+    cfg = DecodeConfig(method, budget=6, max_new_tokens=40, stop_ids=())
+    res = generate(tgt, prompt, cfg, drafter, on_round=lambda r: rounds.append(
+        (int(r.tree.depths.max()), r.proposal is not None and r.proposal.fixed is None, len(r.committed))))
+    assert res.token_ids == hf_greedy(target, prompt, 40)
+    want, slots, done = [], 5, 0
+    for depth, drafted, committed in rounds:
+        if drafted:
+            want.append(min(slots, 40 - done - 1))
+            slots = min(5, depth + 1)
+        done += committed
+    assert asked == want
+    if method == "chain":
+        assert set(want[:-2]) == {5}  # a chain uses every position drafted: always L
+    elif method == "taps+copy":
+        assert not all(drafted for _, drafted, _ in rounds)  # copy rounds among them
+    else:
+        assert min(want[:-2]) < 5  # the noisy drafter's trees do not always use every position
+
+
 def noisy_copy(model, noise: float):
     """`model` with Gaussian noise on its head: its greedy path agrees with the model's only partly."""
     copy = copy_module.deepcopy(model)

@@ -44,7 +44,12 @@ class Drafter(Protocol):
         turn, taps.target.Target.prefill's reuse), so the drafter may skip them too."""
 
     def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
-        """Committed ids (root last) + new features [k, F] -> marginals [L, vocab] (float32, rows sum to 1)."""
+        """Committed ids (root last) + new features [k, F] -> marginals [L, vocab] (float32, rows sum to 1).
+
+        A drafter whose position k depends on positions before it alone (a grown drafter's masks attend
+        causally) says so with a class attribute `prefix_drafts = True` and takes `slots` too:
+        `draft(ids, features, slots)` -> the same first `slots` rows [slots, vocab], at the cost of
+        that many (taps.rounds.DraftProposer drafts as deep as its trees go)."""
 
 
 @dataclass(frozen=True)

@@ -320,6 +320,7 @@ class GrownDrafter:
     """The Drafter protocol (taps.drafters) for a base model with merged adapters."""
 
     feature_layers: tuple[int, ...] = ()  # reads no target features: its own cache holds the context
+    prefix_drafts = True  # draft(..., slots) gives the first `slots` positions alone (taps.drafters.Drafter)
 
     def __init__(
         self,
@@ -382,15 +383,18 @@ class GrownDrafter:
         return twin
 
     @torch.inference_mode()
-    def draft(self, ids: Sequence[int], features: torch.Tensor | None) -> torch.Tensor:
-        """Feed the committed tokens not yet cached (the root last) and L - 1 masks in one forward."""
+    def draft(self, ids: Sequence[int], features: torch.Tensor | None, slots: int | None = None) -> torch.Tensor:
+        """Feed the committed tokens not yet cached (the root last) and `slots` - 1 masks (default L - 1) in
+        one forward: [slots, vocab]. Each mask attends to the rows before it alone, so the first `slots`
+        positions are the same with fewer masks after them (`prefix_drafts`), at fewer rows' cost."""
         ids = list(ids)
         if self.cached != ids[: len(self.cached)] or len(self.cached) >= len(ids):
             self.start(ids)  # the context changed under us: rebuild the cache from scratch
         new = ids[len(self.cached):]
-        n_masks = self.block_len - 1
-        # [L, rows]: the root's row and the masks'
-        logits = self._logits(new + [self.cfg.mask_token_id] * n_masks, len(self.cached), n_masks, self.block_len)
+        slots = self.block_len if slots is None else min(max(slots, 1), self.block_len)
+        n_masks = slots - 1
+        # [slots, rows]: the root's row and the masks'
+        logits = self._logits(new + [self.cfg.mask_token_id] * n_masks, len(self.cached), n_masks, slots)
         if n_masks:
             self.cache.crop(-n_masks)  # a negative crop drops that many tokens: the masks are not context
         self.cached = ids
