@@ -48,7 +48,7 @@ class ChainProposer:
     per batch row. Invariant: rows[i] holds the KV cache of the last text drafted for row i."""
 
     def __init__(self, drafter: Drafter, k: int, max_model_len: int):
-        if not hasattr(drafter, "fork"):
+        if not (hasattr(drafter, "fork") and getattr(drafter, "prefix_drafts", False)):
             raise ValueError(f"a {type(drafter).__name__} cannot draft for several requests at once; "
                              "serve a grown drafter (taps.drafters.grown) through vLLM")
         if not 1 <= k <= drafter.block_len:
@@ -79,7 +79,8 @@ class ChainProposer:
             return []
         if row not in self.rows:
             self.rows[row] = self.drafter.fork()
-        marginals = self.rows[row].draft([int(t) for t in context], None)  # [L, vocab]
+        # a grown drafter's first `room` positions alone: the same ones, fewer mask rows (taps.drafters.Drafter)
+        marginals = self.rows[row].draft([int(t) for t in context], None, room)  # [room, vocab]
         return marginals[:room].argmax(dim=-1).tolist()
 
     def load_model(self, *args, **kwargs) -> None:
