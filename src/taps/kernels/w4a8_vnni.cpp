@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 #include <torch/library.h>
 
@@ -118,22 +119,32 @@ void round_row(const T* x, int64_t K, int64_t group, int8_t* codes, float* scale
   }
 }
 
-at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                       const at::Tensor& mins, int64_t group) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
-              "x: contiguous float32 or bfloat16 [M, K]");
-  TORCH_CHECK(weight.dim() == 3 && weight.scalar_type() == at::kByte && weight.is_contiguous() &&
-                  weight.size(1) * 8 == x.size(1) && weight.size(2) == 128,
-              "weight: packed uint8 [N/32, K/8, 128]");
-  TORCH_CHECK(group % 8 == 0 && x.size(1) % group == 0, "group must divide K and be a multiple of 8");
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0) * kBlock, G = K / group;
-  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.numel() == N * G,
-              "scales: float16 [N/32, K/group, 32]");
-  TORCH_CHECK(mins.scalar_type() == at::kHalf && mins.is_contiguous() && mins.numel() == N * G,
-              "mins: float16 [N/32, K/group, 32]");
+// f(std::integral_constant<int, R>) for R = rows (1..8): a pass's row count as a template argument
+template <typename F>
+void by_rows(int64_t rows, F f) {
+  switch (rows) {
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    default: f(std::integral_constant<int, 1>{});
+  }
+}
+
+// Both products' frame: each row of x [M, K] rounded to int8 (round_row: its codes, scale and sums of codes per
+// group of `group` inputs), then blocks of 32 output channels across threads, in each block every row, 8 at a
+// time: `pass(R, codes, sums, block, total)` (R a by_rows constant) fills total[r][j] for the pass's R rows
+// before their scales, so the block's weights come from memory once and from cache for the next rows; then
+// each row's scale last and its dtype (at::BFloat16 rounds to nearest even, as tensor.to(torch.bfloat16) does).
+template <typename Pass>
+at::Tensor row_products(const at::Tensor& x, int64_t blocks, int64_t group, Pass pass) {
+  const int64_t M = x.size(0), K = x.size(1), N = blocks * kBlock, G = K / group;
   std::vector<int8_t> codes(M * K);
   std::vector<float> row_scale(M);
-  std::vector<int32_t> xsum(M * G);  // [M, G]: each row's sum of codes per group, for the minimums
+  std::vector<int32_t> xsum(M * G);  // [M, G]: each row's sum of codes per group
   const bool bf16 = x.scalar_type() == at::kBFloat16;
   const at::BFloat16* xb = bf16 ? x.data_ptr<at::BFloat16>() : nullptr;
   const float* xf = bf16 ? nullptr : x.data_ptr<float>();
@@ -148,33 +159,14 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   at::Tensor out = at::empty({M, N}, x.options());
   at::BFloat16* ob = bf16 ? out.data_ptr<at::BFloat16>() : nullptr;
   float* of = bf16 ? nullptr : out.data_ptr<float>();
-  const uint8_t* wp = weight.data_ptr<uint8_t>();
-  const at::Half* sp = scales.data_ptr<at::Half>();
-  const at::Half* mp = mins.data_ptr<at::Half>();
-  // blocks of output channels across threads; in each block every row, 8 at a time: the block's weights
-  // (K * 16 bytes) come from memory once and from cache for the next rows
-  at::parallel_for(0, weight.size(0), 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     float total[8][kBlock];
     for (int64_t b = begin; b < end; ++b) {
-      const uint8_t* wb = wp + b * (K / 8) * 128;
-      const at::Half* sb = sp + b * G * kBlock;
-      const at::Half* mb = mp + b * G * kBlock;
       for (int64_t m = 0; m < M; m += 8) {
-        const int8_t* xm = codes.data() + m * K;
-        const int32_t* sm = xsum.data() + m * G;
         const int64_t rows = std::min<int64_t>(8, M - m);
-        switch (rows) {
-          case 8: block_rows<8>(xm, K, sm, G, wb, sb, mb, group, total); break;
-          case 7: block_rows<7>(xm, K, sm, G, wb, sb, mb, group, total); break;
-          case 6: block_rows<6>(xm, K, sm, G, wb, sb, mb, group, total); break;
-          case 5: block_rows<5>(xm, K, sm, G, wb, sb, mb, group, total); break;
-          case 4: block_rows<4>(xm, K, sm, G, wb, sb, mb, group, total); break;
-          case 3: block_rows<3>(xm, K, sm, G, wb, sb, mb, group, total); break;
-          case 2: block_rows<2>(xm, K, sm, G, wb, sb, mb, group, total); break;
-          default: block_rows<1>(xm, K, sm, G, wb, sb, mb, group, total);
-        }
-        for (int64_t r = 0; r < rows; ++r) {  // the row's scale last, then its dtype (at::BFloat16 rounds
-          const float s = row_scale[m + r];    // to nearest even, as tensor.to(torch.bfloat16) does)
+        by_rows(rows, [&](auto R) { pass(R, codes.data() + m * K, xsum.data() + m * G, b, total); });
+        for (int64_t r = 0; r < rows; ++r) {
+          const float s = row_scale[m + r];
           const int64_t first = (m + r) * N + b * kBlock;
           if (bf16)
             for (int j = 0; j < kBlock; ++j) ob[first + j] = at::BFloat16(total[r][j] * s);
@@ -185,6 +177,29 @@ at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
     }
   });
   return out;
+}
+
+at::Tensor w4a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
+                       const at::Tensor& mins, int64_t group) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "x: contiguous float32 or bfloat16 [M, K]");
+  TORCH_CHECK(weight.dim() == 3 && weight.scalar_type() == at::kByte && weight.is_contiguous() &&
+                  weight.size(1) * 8 == x.size(1) && weight.size(2) == 128,
+              "weight: packed uint8 [N/32, K/8, 128]");
+  TORCH_CHECK(group % 8 == 0 && x.size(1) % group == 0, "group must divide K and be a multiple of 8");
+  const int64_t K = x.size(1), N = weight.size(0) * kBlock, G = K / group;
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.numel() == N * G,
+              "scales: float16 [N/32, K/group, 32]");
+  TORCH_CHECK(mins.scalar_type() == at::kHalf && mins.is_contiguous() && mins.numel() == N * G,
+              "mins: float16 [N/32, K/group, 32]");
+  const uint8_t* wp = weight.data_ptr<uint8_t>();
+  const at::Half* sp = scales.data_ptr<at::Half>();
+  const at::Half* mp = mins.data_ptr<at::Half>();
+  return row_products(x, weight.size(0), group, [&](auto R, const int8_t* xm, const int32_t* sm, int64_t b,
+                                                    float (*total)[kBlock]) {
+    block_rows<decltype(R)::value>(xm, K, sm, G, wp + b * (K / 8) * 128, sp + b * G * kBlock, mp + b * G * kBlock,
+                                   group, total);
+  });
 }
 
 // int8 weights (one scale per output channel), the product of taps.weightonly.W8A8Product on this kernel:
@@ -234,59 +249,16 @@ at::Tensor w8a8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   TORCH_CHECK(weight.dim() == 3 && weight.scalar_type() == at::kByte && weight.is_contiguous() &&
                   weight.size(1) * 4 == x.size(1) && weight.size(2) == 128,
               "weight: packed uint8 [N/32, K/4, 128]");
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0) * kBlock;
+  const int64_t K = x.size(1), N = weight.size(0) * kBlock;
   TORCH_CHECK(K % 16 == 0 && K < 66000, "K must be a multiple of 16 below 66,000");
   TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.numel() == N, "scales: float32 [N]");
-  std::vector<int8_t> codes(M * K);
-  std::vector<float> row_scale(M);
-  std::vector<int32_t> xsum(M);  // each row's sum of codes, for the weights' offset of 128
-  const bool bf16 = x.scalar_type() == at::kBFloat16;
-  const at::BFloat16* xb = bf16 ? x.data_ptr<at::BFloat16>() : nullptr;
-  const float* xf = bf16 ? nullptr : x.data_ptr<float>();
-  at::parallel_for(0, M, std::max<int64_t>(1, 32768 / K), [&](int64_t begin, int64_t end) {
-    for (int64_t m = begin; m < end; ++m) {
-      if (bf16)
-        round_row(xb + m * K, K, K, codes.data() + m * K, &row_scale[m], &xsum[m]);
-      else
-        round_row(xf + m * K, K, K, codes.data() + m * K, &row_scale[m], &xsum[m]);
-    }
-  });
-  at::Tensor out = at::empty({M, N}, x.options());
-  at::BFloat16* ob = bf16 ? out.data_ptr<at::BFloat16>() : nullptr;
-  float* of = bf16 ? nullptr : out.data_ptr<float>();
   const uint8_t* wp = weight.data_ptr<uint8_t>();
   const float* sp = scales.data_ptr<float>();
-  at::parallel_for(0, weight.size(0), 1, [&](int64_t begin, int64_t end) {
-    float total[8][kBlock];
-    for (int64_t b = begin; b < end; ++b) {
-      const uint8_t* wb = wp + b * (K / 4) * 128;
-      const float* sb = sp + b * kBlock;
-      for (int64_t m = 0; m < M; m += 8) {
-        const int8_t* xm = codes.data() + m * K;
-        const int32_t* sm = xsum.data() + m;
-        const int64_t rows = std::min<int64_t>(8, M - m);
-        switch (rows) {
-          case 8: block_rows8<8>(xm, K, sm, wb, sb, total); break;
-          case 7: block_rows8<7>(xm, K, sm, wb, sb, total); break;
-          case 6: block_rows8<6>(xm, K, sm, wb, sb, total); break;
-          case 5: block_rows8<5>(xm, K, sm, wb, sb, total); break;
-          case 4: block_rows8<4>(xm, K, sm, wb, sb, total); break;
-          case 3: block_rows8<3>(xm, K, sm, wb, sb, total); break;
-          case 2: block_rows8<2>(xm, K, sm, wb, sb, total); break;
-          default: block_rows8<1>(xm, K, sm, wb, sb, total);
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          const float s = row_scale[m + r];
-          const int64_t first = (m + r) * N + b * kBlock;
-          if (bf16)
-            for (int j = 0; j < kBlock; ++j) ob[first + j] = at::BFloat16(total[r][j] * s);
-          else
-            for (int j = 0; j < kBlock; ++j) of[first + j] = total[r][j] * s;
-        }
-      }
-    }
+  // one group of all K inputs: each row's sum of codes, for the weights' offset of 128
+  return row_products(x, weight.size(0), K, [&](auto R, const int8_t* xm, const int32_t* sm, int64_t b,
+                                                float (*total)[kBlock]) {
+    block_rows8<decltype(R)::value>(xm, K, sm, wp + b * (K / 4) * 128, sp + b * kBlock, total);
   });
-  return out;
 }
 
 }  // namespace
