@@ -384,6 +384,9 @@ def test_w8a8_takes_taps_kernel_off_amx_where_it_runs_and_the_weight_fits(monkey
     monkeypatch.setenv("TAPS_W8A8_KERNEL", "fast")
     with pytest.raises(ValueError, match=r"TAPS_W8A8_KERNEL='fast': choose auto, onednn or vnni"):
         w8a8_kernel(64, 256)
+    for scheme in ("w8a8", "w4a8"):  # before any model loads (w4a8's head is w8a8)
+        with pytest.raises(ValueError, match=r"TAPS_W8A8_KERNEL='fast'"):
+            check_target_quant(scheme)
 
 
 @needs_w4a8

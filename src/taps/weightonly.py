@@ -376,6 +376,8 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None, op
     if op is not None and not hasattr(torch.ops.aten, op):
         raise ValueError(f"{option} {scheme} needs torch.ops.aten.{op}, missing from torch "
                          f"{torch.__version__}; upgrade PyTorch or drop {option}")
+    if scheme in ("w8a8", "w4a8"):
+        w8a8_kernel(vnni.BLOCK, 16)  # a wrong $TAPS_W8A8_KERNEL is refused here, before any model loads
     if scheme == "w8a8" and not _int8_kernel_is_exact():
         raise ValueError(f"{option} w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
                          f"saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use {option} int8")
