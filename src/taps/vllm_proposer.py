@@ -81,7 +81,7 @@ class ChainProposer:
             self.rows[row] = self.drafter.fork()
         # a grown drafter's first `room` positions alone: the same ones, fewer mask rows (taps.drafters.Drafter)
         marginals = self.rows[row].draft([int(t) for t in context], None, room)  # [room, vocab]
-        return marginals[:room].argmax(dim=-1).tolist()
+        return marginals.argmax(dim=-1).tolist()
 
     def load_model(self, *args, **kwargs) -> None:
         """vLLM hands over its target module here; a token-history drafter never reads it."""

@@ -93,6 +93,12 @@ def pack(codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, group: int
     return weight, by_block(scale), by_block(low)
 
 
+def fits8(n: int, k: int) -> bool:
+    """Whether an int8 weight [n, k] fits the int8 kernel: blocks of 32 outputs, inputs a multiple of 16 (its
+    rounding's vectors), and few enough that every int32 sum stays exact (k * 255 * 127 < 2^31)."""
+    return n % BLOCK == 0 and k % 16 == 0 and k < 66_000
+
+
 def pack8(weight: torch.Tensor) -> torch.Tensor:
     """int8 weights [N, K] -> the int8 kernel's layout [N/32, K/4, 128] uint8 (kernels/w4a8_vnni.cpp, w8a8_linear):
     per block of 32 output channels and 4 inputs, channel j's 4 weights plus 128 at bytes 4j..4j+3 of its half."""

@@ -117,7 +117,7 @@ class W8A8Product:
         qweight, scale = _int8_rows(weight.float())  # [N, K], [N]
         self.scales = scale  # [N] float32, the kernel's
         n, k = qweight.shape
-        self.kernel = kernel or w8a8_kernel(n, k)  # "vnni" or "onednn"
+        self.kernel = kernel or (w8a8_kernel() if vnni.fits8(n, k) else "onednn")
         if self.kernel == "vnni":  # the same integers in taps.vnni's layout
             if (why := vnni.load()) is not None:
                 raise RuntimeError(f"taps.vnni's kernel does not run here: {why}")
@@ -377,7 +377,7 @@ def check_target_quant(scheme: str, device: str | torch.device | None = None, op
         raise ValueError(f"{option} {scheme} needs torch.ops.aten.{op}, missing from torch "
                          f"{torch.__version__}; upgrade PyTorch or drop {option}")
     if scheme in ("w8a8", "w4a8"):
-        w8a8_kernel(vnni.BLOCK, 16)  # a wrong $TAPS_W8A8_KERNEL is refused here, before any model loads
+        w8a8_kernel()  # a wrong $TAPS_W8A8_KERNEL is refused here, before any model loads
     if scheme == "w8a8" and not _int8_kernel_is_exact():
         raise ValueError(f"{option} w8a8 needs oneDNN's exact int8 products, and this CPU's int8 kernel "
                          f"saturates (no AVX-512 VNNI or AMX) or this PyTorch has none: use {option} int8")
@@ -438,10 +438,10 @@ W8A8_KERNEL_VAR = "TAPS_W8A8_KERNEL"  # auto (default), onednn or vnni: which ke
 
 
 @functools.cache
-def w8a8_kernel(n: int, k: int) -> str:
-    """The kernel `W8A8Product` multiplies an int8 weight [n, k] with here: "vnni" (taps.vnni's int8
-    product) where the CPU has AVX-512 VNNI and no AMX, the kernel builds and the weight fits its layout
-    (n a multiple of 32, k of 16); else "onednn". $TAPS_W8A8_KERNEL=onednn or vnni asks for one.
+def w8a8_kernel() -> str:
+    """The kernel `W8A8Product` multiplies int8 weights with here: "vnni" (taps.vnni's int8 product) where
+    the CPU has AVX-512 VNNI and no AMX and the kernel builds, else "onednn"; a weight that does not fit
+    taps.vnni's layout (`vnni.fits8`) takes oneDNN's anyway. $TAPS_W8A8_KERNEL=onednn or vnni asks for one.
 
     Both sum the same int8 products exactly in int32, then multiply by the channel's scale and the row's
     in that order, so they give the same bits (tests/test_weightonly.py): the choice is speed alone.
@@ -455,13 +455,12 @@ def w8a8_kernel(n: int, k: int) -> str:
 
     oneDNN reads the head's int8 weights at about 19 GB/s for one row where taps.vnni reads them at ~30;
     a forward of the w4a8 1.5B (its head int8) after 256 tokens took 0.87-0.89x the time at 1 row and
-    0.93-0.95x at 4-8 rows (paired medians of 12, one process, two runs; results/quantized-targets/zen4/head-ab.py). Where the CPU has AMX, oneDNN multiplies on its tiles and
-    stays (not measured against taps.vnni there)."""
+    0.93-0.95x at 4-8 rows (paired medians of 12, one process, two runs; results/quantized-targets/zen4/head-ab.py).
+    Where the CPU has AMX, oneDNN multiplies on its tiles and stays (not measured against taps.vnni there)."""
     wanted = os.environ.get(W8A8_KERNEL_VAR, "auto")
     if wanted not in ("auto", "onednn", "vnni"):
         raise ValueError(f"${W8A8_KERNEL_VAR}={wanted!r}: choose auto, onednn or vnni")
-    fits = n % vnni.BLOCK == 0 and k % 16 == 0 and k < 66_000
-    if wanted != "onednn" and fits and (wanted == "vnni" or not has_amx()) and vnni.load() is None:
+    if wanted != "onednn" and (wanted == "vnni" or not has_amx()) and vnni.load() is None:
         return "vnni"
     return "onednn"
 
