@@ -119,3 +119,40 @@ def test_a_decoder_walks_the_layers_present_when_a_sequence_starts():
     drafter.start(())
     assert drafter.decoder is not first
     assert drafter.decoder.layers[0].qkv.bases[0] is drafter.model.model.layers[0].self_attn.q_proj
+
+
+def test_a_w4a8_drafters_fused_layers_give_the_walks_drafts():
+    """taps.layer's one call a layer (a grown drafter in w4a8 on taps.vnni) drafts what the Python walk drafts,
+    adapters, q/k/v biases (qwen2) and a cache that grows included, up to float32 sums in another order (which
+    a row's int8 rounding can turn into one code's step); the control: one token missing from the cache is
+    far off. Both ways sample-free: probabilities compared."""
+    from taps import layer, vnni
+    from taps.decoder import Decoder
+    from taps.weightonly import quantize_weights, w4a8_kernel
+
+    if taps.rowwise.kernel() is None or w4a8_kernel() != "vnni" or layer.load() is not None:
+        pytest.skip("taps.layer needs taps.vnni's w4a8 kernel and the row-wise kernel")
+    for family in ("llama", "qwen2"):
+        peft_model = add_adapters(tiny_model(family, seed=1, hidden=128),
+                                  GrownConfig("base", MASK, block_size=BLOCK))
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.2, generator=torch.Generator().manual_seed(len(name)))
+        model = quantize_weights(on_mask_rows(peft_model), "w4a8", rowwise=False, option="--drafter-quant",
+                                 fine_head=False)
+        drafter = GrownDrafter(model, GrownConfig("base", MASK, block_size=BLOCK), Target(tiny_model(family)))
+        assert drafter.decoder.fused is not None
+        walk = Decoder(model)
+        assert walk.fused is None
+        cache = walk.new_cache()
+        ids = [5, 17, 33, 2, 40, 8, 61, 12, 7, 70, 3]
+        for end in (3, 4, 8, 11):  # 3, 1 and 4 new tokens a round
+            got = drafter.draft(ids[:end], None)  # [3, vocab]
+            new = torch.tensor(ids[cache.length:end] + [MASK] * (BLOCK - 2))
+            want = torch.softmax(walk(new, cache, BLOCK - 2, BLOCK - 1).float(), -1)
+            cache.crop(-(BLOCK - 2))
+            torch.testing.assert_close(got, want, atol=5e-3, rtol=0)
+        drafter.cache.crop(-2)
+        short = torch.softmax(drafter.decoder(torch.tensor([ids[-1], MASK, MASK]), drafter.cache, 2, 3).float(), -1)
+        assert (short - want).abs().max() > 0.02

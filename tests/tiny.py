@@ -18,12 +18,13 @@ FAMILIES = {
 }
 
 
-def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positions: int = 256, **overrides):
+def tiny_model(family: str = "llama", vocab: int = 96, seed: int = 0, max_positions: int = 256, hidden: int = 64,
+               **overrides):
     torch.manual_seed(seed)
     cfg = FAMILIES[family](
         vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=3,
         num_attention_heads=4,
         num_key_value_heads=2,

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from taps import rowwise
+from taps.layer import FusedLayer
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -173,7 +174,7 @@ class Layer:
 class Decoder:
     """The forward of a model `fits` accepts, over tokens after a KVCache's held positions."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, fuse: bool = False):
         inner, config = model.model, model.config
         self.embed, self.norm, self.head, self.rotary = inner.embed_tokens, inner.norm, model.lm_head, inner.rotary_emb
         self.layers = [Layer(layer) for layer in inner.layers]
@@ -190,6 +191,10 @@ class Decoder:
         # 0.5B's 14 heads over 2, 7 rows, bfloat16, 2-core Zen 5 EPYC, us a layer: 256 keys 81 against
         # 112, 1,024 keys 285 against 364, both with the slices copied)
         self.rowwise = rowwise.kernel_for(self.device, self.dtype, self.heads // self.kv_heads)
+        # `fuse` (a drafter's, whose arithmetic need not be transformers'): each layer in one C++ call where
+        # every layer fits (taps.layer)
+        fused = fuse and all(FusedLayer.fits(layer, self.dtype, self.rowwise) for layer in self.layers)
+        self.fused = [FusedLayer(layer, self.rowwise) for layer in self.layers] if fused else None
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
@@ -228,21 +233,26 @@ class Decoder:
         elif mask is None:
             mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start) if T > 1 else None  # [T, end]
         taken = {}  # feature layer -> its output [T, H]
+        if self.fused is not None:
+            cos, sin = (r[0].contiguous() for r in rope)  # [T, d]
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(layer.input_norm(x), n_adapted)  # [T, heads * d], [T, kv_heads * d] x 2
-            q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)  # [1, heads, T, d]
-            k = apply_rotary(k.view(1, T, self.kv_heads, self.head_dim).transpose(1, 2), *rope)  # [1, kv_heads, T, d]
-            cache.keys[i, :, start:end] = k[0]
-            cache.values[i, :, start:end] = v.view(T, self.kv_heads, self.head_dim).transpose(0, 1)
-            keys, values = cache.keys[i, :, :end], cache.values[i, :, :end]  # [kv_heads, end, d]
-            if self.rowwise is not None:  # in place, every row over its keys
-                out = self.rowwise(q[0], layer.scaling, keys, values, *lists)  # [T, heads, d]
+            if self.fused is not None:
+                x = self.fused[i](x, n_adapted, cos, sin, cache.keys[i], cache.values[i], start, self.heads, lists)
             else:
-                out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, scale=layer.scaling,
-                                                     enable_gqa=True)[0].transpose(0, 1)  # [T, heads, d]
-            x = x + layer.o(out.reshape(T, -1), n_adapted)[0]
-            gate, up = layer.gate_up(layer.post_norm(x), n_adapted)  # [T, I] each
-            x.add_(layer.down(layer.act(gate).mul_(up), n_adapted)[0])  # x: this layer's own sum
+                q, k, v = layer.qkv(layer.input_norm(x), n_adapted)  # [T, heads * d], [T, kv_heads * d] x 2
+                q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)  # [1, heads, T, d]
+                k = apply_rotary(k.view(1, T, self.kv_heads, self.head_dim).transpose(1, 2), *rope)  # [1, kv_heads, T, d]
+                cache.keys[i, :, start:end] = k[0]
+                cache.values[i, :, start:end] = v.view(T, self.kv_heads, self.head_dim).transpose(0, 1)
+                keys, values = cache.keys[i, :, :end], cache.values[i, :, :end]  # [kv_heads, end, d]
+                if self.rowwise is not None:  # in place, every row over its keys
+                    out = self.rowwise(q[0], layer.scaling, keys, values, *lists)  # [T, heads, d]
+                else:
+                    out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, scale=layer.scaling,
+                                                         enable_gqa=True)[0].transpose(0, 1)  # [T, heads, d]
+                x = x + layer.o(out.reshape(T, -1), n_adapted)[0]
+                gate, up = layer.gate_up(layer.post_norm(x), n_adapted)  # [T, I] each
+                x.add_(layer.down(layer.act(gate).mul_(up), n_adapted)[0])  # x: this layer's own sum
             if i in features:  # as transformers' hidden_states[i + 1]: the last layer's after the final norm
                 # (no later step writes x: the next layer sums into a new tensor)
                 taken[i] = self.norm(x) if i == len(self.layers) - 1 else x

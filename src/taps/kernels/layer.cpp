@@ -1,0 +1,161 @@
+// One Llama-family decoder layer over float32 rows whose linear layers are taps.vnni w4a8 products, in one
+// call: taps.decoder's walk for a grown drafter in w4a8 (taps.layer says why and what was measured). Built
+// at first use by torch.utils.cpp_extension; registers torch.ops.taps_layer.w4a8_layer. The products and the
+// attention are taps' own ops (torch.ops.taps.w4a8_linear, torch.ops.taps_rowwise_*.attention), called
+// through the dispatcher; the norms, the rotary embedding and the cache writes are loops here, the rest ATen.
+//
+// x [T, H] float32 -> the layer's output [T, H]; the layer's keys and values for its T rows are written into
+// keys, values [kv_heads, capacity, d] at slots start .. start + T - 1, and each row attends the keys its lists
+// (prefix, offsets, extra: taps.rowwise) name. Activated adapters (a grown drafter's masks) add
+// x[-n:] A B to the last n rows of a product (`adapt`).
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#include <string>
+
+namespace {
+
+at::Tensor w4a8(const at::Tensor& x, const at::TensorList packed, int64_t group) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("taps::w4a8_linear", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, int64_t)>();
+  return op.call(x, packed[0], packed[1], packed[2], group);
+}
+
+// transformers' RMSNorm in float32: x / sqrt(mean(x^2) + eps) * weight, row by row
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const int64_t T = x.size(0), H = x.size(1);
+  at::Tensor out = at::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = xp + t * H;
+    float sum = 0.0f;
+    for (int64_t h = 0; h < H; ++h) sum += row[h] * row[h];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(H) + static_cast<float>(eps));
+    for (int64_t h = 0; h < H; ++h) op[t * H + h] = w[h] * (row[h] * inv);
+  }
+  return out;
+}
+
+// rows [T, heads * d] (a strided slice of a product) rotated by cos, sin [T, d] into out (row t, head h at
+// out + t * row_stride + h * head_stride): x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1)
+void rotate(const at::Tensor& rows, int64_t heads, int64_t d, const at::Tensor& cos, const at::Tensor& sin, float* out,
+            int64_t row_stride, int64_t head_stride) {
+  const int64_t T = rows.size(0), in_stride = rows.stride(0), half = d / 2;
+  const float* x = rows.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* s = sin.data_ptr<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* xi = x + t * in_stride + h * d;
+      float* o = out + t * row_stride + h * head_stride;
+      const float* ct = c + t * d;
+      const float* st = s + t * d;
+      for (int64_t i = 0; i < half; ++i) o[i] = xi[i] * ct[i] - xi[i + half] * st[i];
+      for (int64_t i = half; i < d; ++i) o[i] = xi[i] * ct[i] + xi[i - half] * st[i];
+    }
+}
+
+// out's last n rows += x's last n rows A B (an activated adapter): A [in, r] float32 (empty: none); member m of a
+// shared product reads columns spans[m][0] .. + spans[m][1] of x A and adds their product with its B [r_m, out_m]
+// (row-major at b + spans[m][4]) to out's columns spans[m][2] .. + spans[m][3]. Loops, not ATen's products:
+// at 1-8 rows and rank 16 a product's call cost more than its arithmetic (taps.layer).
+void adapt(at::Tensor& out, const at::Tensor& x, const at::Tensor& a, const at::Tensor& spans, const at::Tensor& b,
+           int64_t n) {
+  if (n == 0 || a.numel() == 0) return;
+  const int64_t T = x.size(0), in = x.size(1), R = a.size(1), N = out.size(1);
+  const float* A = a.data_ptr<float>();
+  const int64_t* span = spans.data_ptr<int64_t>();
+  const float* B = b.data_ptr<float>();
+  std::vector<float> xa(R);
+  for (int64_t t = T - n; t < T; ++t) {
+    std::fill(xa.begin(), xa.end(), 0.0f);
+    const float* xt = x.data_ptr<float>() + t * in;
+    for (int64_t i = 0; i < in; ++i) {
+      const float xi = xt[i];
+      const float* Ai = A + i * R;
+      for (int64_t r = 0; r < R; ++r) xa[r] += xi * Ai[r];
+    }
+    float* ot = out.data_ptr<float>() + t * N;
+    for (int64_t m = 0; m < spans.size(0); ++m) {
+      const int64_t* s = span + 5 * m;
+      float* o = ot + s[2];
+      for (int64_t r = 0; r < s[1]; ++r) {
+        const float c = xa[s[0] + r];
+        const float* Br = B + s[4] + r * s[3];
+        for (int64_t j = 0; j < s[3]; ++j) o[j] += c * Br[j];
+      }
+    }
+  }
+}
+
+at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
+                      at::TensorList qkv, const at::Tensor& qkv_bias, at::TensorList o, at::TensorList gate_up,
+                      at::TensorList down, int64_t group, at::TensorList adapters, int64_t n_adapted,
+                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys, const at::Tensor& values,
+                      int64_t start, int64_t heads, double scaling, const at::Tensor& prefix,
+                      const at::Tensor& offsets, const at::Tensor& extra, c10::string_view attention) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat, "x: contiguous float32 [T, H]");
+  TORCH_CHECK(keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat && keys.is_contiguous() &&
+                  values.is_contiguous(),
+              "keys, values: contiguous float32 [kv_heads, capacity, d]");
+  TORCH_CHECK(adapters.size() == 12, "adapters: A, spans and B for qkv, o, gate_up, down");
+  const int64_t T = x.size(0), kv_heads = keys.size(0), d = keys.size(2), end = start + T;
+  TORCH_CHECK(end <= keys.size(1), "the cache has no room for the rows");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.size(0) == T && cos.size(1) == d, "cos, sin: [T, d]");
+
+  // attention: q, k rotated, k and v into the cache, every row over its keys
+  at::Tensor h = rms_norm(x, input_norm, eps);
+  at::Tensor qkv_out = w4a8(h, qkv, group);  // [T, (heads + 2 kv_heads) d]
+  if (qkv_bias.numel()) qkv_out.add_(qkv_bias);
+  adapt(qkv_out, h, adapters[0], adapters[1], adapters[2], n_adapted);
+  const int64_t nq = heads * d, nk = kv_heads * d;
+  at::Tensor q = at::empty({T, heads, d}, x.options());
+  rotate(qkv_out.narrow(1, 0, nq), heads, d, cos, sin, q.data_ptr<float>(), heads * d, d);
+  const int64_t capacity = keys.size(1);
+  float* kp = keys.data_ptr<float>() + start * d;
+  rotate(qkv_out.narrow(1, nq, nk), kv_heads, d, cos, sin, kp, d, capacity * d);
+  const float* v = qkv_out.data_ptr<float>() + nq + nk;
+  float* vp = values.data_ptr<float>() + start * d;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < kv_heads; ++g)
+      std::copy(v + t * qkv_out.stride(0) + g * d, v + t * qkv_out.stride(0) + (g + 1) * d, vp + t * d + g * capacity * d);
+  const auto attend = c10::Dispatcher::singleton()
+                          .findSchemaOrThrow(std::string(attention).c_str(), "")
+                          .typed<at::Tensor(const at::Tensor&, double, const at::Tensor&, const at::Tensor&,
+                                            const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  at::Tensor out = attend.call(q.transpose(0, 1), scaling, keys.narrow(1, 0, end), values.narrow(1, 0, end), prefix,
+                               offsets, extra)
+                       .reshape({T, nq});  // [T, heads * d]
+  at::Tensor o_out = w4a8(out, o, group);
+  adapt(o_out, out, adapters[3], adapters[4], adapters[5], n_adapted);
+  at::Tensor y = x + o_out;
+
+  // the gated MLP
+  at::Tensor h2 = rms_norm(y, post_norm, eps);
+  at::Tensor gu = w4a8(h2, gate_up, group);  // [T, 2 I]
+  adapt(gu, h2, adapters[6], adapters[7], adapters[8], n_adapted);
+  const int64_t I = gu.size(1) / 2;
+  at::Tensor act = at::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));  // [T, I]
+  at::Tensor down_out = w4a8(act, down, group);
+  adapt(down_out, act, adapters[9], adapters[10], adapters[11], n_adapted);
+  return y.add_(down_out);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(taps_layer, m) {
+  m.def("w4a8_layer(Tensor x, Tensor input_norm, Tensor post_norm, float eps, Tensor[] qkv, Tensor qkv_bias, "
+        "Tensor[] o, Tensor[] gate_up, Tensor[] down, int group, Tensor[] adapters, int n_adapted, Tensor cos, "
+        "Tensor sin, Tensor keys, Tensor values, int start, int heads, float scaling, Tensor prefix, Tensor offsets, "
+        "Tensor extra, str attention) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(taps_layer, CPU, m) { m.impl("w4a8_layer", &w4a8_layer); }
