@@ -26,10 +26,12 @@ def branching(root: int, n: int, seed: int) -> Tree:
 
 
 def pair(scheme: str, family: str) -> tuple[Target, Target]:
+    """The quantized model through the Python walk (its layers unfused) and through transformers' forward."""
     model = quantize_weights(copy.deepcopy(tiny_model(family)), scheme)
     fast, slow = Target(model, feature_layers=FEATURES), Target(model, feature_layers=FEATURES)
     if fast.decoder is None:
         pytest.skip("taps' row-wise attention kernel does not build here: quantized targets keep transformers' forward")
+    fast.decoder.fused = None
     slow.decoder = None
     return fast, slow
 
@@ -64,3 +66,48 @@ def test_the_walk_reads_each_nodes_own_position_and_ancestors():
         fast.cache.length = fast.n_cached
         x, _ = fast.decoder.walk(tree.tokens, fast.cache, **kwargs)
         assert not torch.equal(fast.decoder.logits(x).float(), want)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_w4a8_targets_fused_layers_give_a_tree_row_its_paths_own_bits(family, dtype):
+    """taps.layer (a w4a8 target's layers in one C++ call each) computes every row alone: a tree's rows, its
+    features and the cache it commits are the bits of its kept path fed as a chain, and each row of that chain
+    the bits of its token fed alone, round after round (what lossless verification needs, docs/method.md
+    section 10); and the logits stay near the Python walk's (another float order of the same model)."""
+    from taps import layer
+    from taps.weightonly import w4a8_kernel
+
+    if w4a8_kernel() != "vnni" or layer.load() is not None:
+        pytest.skip("taps.layer needs taps.vnni's w4a8 kernel")
+    model = quantize_weights(copy.deepcopy(tiny_model(family)).to(dtype), "w4a8")
+    tree_way, chain_way, alone_way, walk = (Target(model, feature_layers=FEATURES) for _ in range(4))
+    if tree_way.decoder is None or tree_way.decoder.fused is None:
+        pytest.skip("taps' row-wise attention kernel does not build here")
+    walk.decoder.fused = None
+    for target in (tree_way, chain_way, alone_way, walk):
+        target.prefill(PROMPT)
+    root = PROMPT[-1]
+    for seed, last in ((0, 5), (1, 6), (2, 0)):  # a path to a node deep in the tree, another, the root alone
+        tree = branching(root, 8, seed)
+        keep = [last]
+        while keep[0]:
+            keep.insert(0, int(tree.parents[keep[0]]))
+        got = tree_way.forward_tree(tree)
+        near = walk.forward_tree(tree).logits
+        assert (got.logits - near).abs().max() < 0.05 * near.abs().max()
+        tokens = [int(tree.tokens[i]) for i in keep]
+        chain = chain_way.forward_tree(Tree.from_lists(tokens, list(range(-1, len(keep) - 1))))
+        assert torch.equal(got.logits[keep], chain.logits) and torch.equal(got.features[keep], chain.features)
+        for j, token in enumerate(tokens):
+            alone = alone_way.forward_tree(Tree.from_lists([token], [-1]))
+            assert torch.equal(alone.logits[0], chain.logits[j])
+            alone_way.commit([0], 1)
+        for target, n in ((tree_way, tree.n_nodes), (walk, tree.n_nodes), (chain_way, len(keep))):
+            target.commit(keep if target is not chain_way else list(range(len(keep))), n)
+        root = int(tree.tokens[keep[-1]])
+    length = tree_way.n_cached
+    assert chain_way.n_cached == alone_way.n_cached == length
+    for other in (chain_way, alone_way):
+        assert torch.equal(tree_way.cache.keys[:, :, :length], other.cache.keys[:, :, :length])
+        assert torch.equal(tree_way.cache.values[:, :, :length], other.cache.values[:, :, :length])

@@ -37,6 +37,11 @@ with AMX): plain decoding 1.068x [1.037-1.070] (code) and 1.070x [1.058-1.080] (
 through transformers, a token 57.4 -> 53.4 ms; taps:32 1.022x [0.992-1.100] and 1.042x [1.017-1.047],
 a tree's verification 73.8 -> 69.4 and 72.0 -> 67.8 ms; the same tokens every run.
 
+A model whose every layer is w4a8 on taps.vnni (the default drafter and `--target-quant w4a8` on CPUs with AVX-512
+VNNI) goes further: each layer is one C++ call (taps.layer, whose docstring has the arithmetic and the
+measurements), where the walk below makes ~40 Python-level calls a layer; `fused` holds those layers (None: the
+walk), and only the walk gives transformers' bits.
+
 Applies to Llama-family decoders (model types in FAMILIES: pre-norm layers of q/k/v/o attention
 with full-context rotary attention and a gated MLP); `fits` says whether a model is one, and a
 model that is not keeps transformers' forward.
@@ -174,7 +179,7 @@ class Layer:
 class Decoder:
     """The forward of a model `fits` accepts, over tokens after a KVCache's held positions."""
 
-    def __init__(self, model: nn.Module, fuse: bool = False):
+    def __init__(self, model: nn.Module):
         inner, config = model.model, model.config
         self.embed, self.norm, self.head, self.rotary = inner.embed_tokens, inner.norm, model.lm_head, inner.rotary_emb
         self.layers = [Layer(layer) for layer in inner.layers]
@@ -191,9 +196,8 @@ class Decoder:
         # 0.5B's 14 heads over 2, 7 rows, bfloat16, 2-core Zen 5 EPYC, us a layer: 256 keys 81 against
         # 112, 1,024 keys 285 against 364, both with the slices copied)
         self.rowwise = rowwise.kernel_for(self.device, self.dtype, self.heads // self.kv_heads)
-        # `fuse` (a drafter's, whose arithmetic need not be transformers'): each layer in one C++ call where
-        # every layer fits (taps.layer)
-        fused = fuse and all(FusedLayer.fits(layer, self.dtype, self.rowwise) for layer in self.layers)
+        # each layer in one C++ call where every layer fits (taps.layer: w4a8 on taps.vnni)
+        fused = all(FusedLayer.fits(layer, self.dtype, self.rowwise) for layer in self.layers)
         self.fused = [FusedLayer(layer, self.rowwise) for layer in self.layers] if fused else None
 
     def new_cache(self) -> KVCache:
@@ -240,16 +244,18 @@ class Decoder:
                 x = self.fused[i](x, n_adapted, cos, sin, cache.keys[i], cache.values[i], start, self.heads, lists)
             else:
                 q, k, v = layer.qkv(layer.input_norm(x), n_adapted)  # [T, heads * d], [T, kv_heads * d] x 2
-                q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)  # [1, heads, T, d]
-                k = apply_rotary(k.view(1, T, self.kv_heads, self.head_dim).transpose(1, 2), *rope)  # [1, kv_heads, T, d]
+                q = apply_rotary(q.view(1, T, self.heads, self.head_dim).transpose(1, 2), *rope)
+                k = apply_rotary(k.view(1, T, self.kv_heads, self.head_dim).transpose(1, 2), *rope)
+                # q [1, heads, T, d], k [1, kv_heads, T, d]
                 cache.keys[i, :, start:end] = k[0]
                 cache.values[i, :, start:end] = v.view(T, self.kv_heads, self.head_dim).transpose(0, 1)
                 keys, values = cache.keys[i, :, :end], cache.values[i, :, :end]  # [kv_heads, end, d]
                 if self.rowwise is not None:  # in place, every row over its keys
                     out = self.rowwise(q[0], layer.scaling, keys, values, *lists)  # [T, heads, d]
                 else:
-                    out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, scale=layer.scaling,
-                                                         enable_gqa=True)[0].transpose(0, 1)  # [T, heads, d]
+                    out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask,
+                                                         scale=layer.scaling, enable_gqa=True)[0].transpose(0, 1)
+                    # out [T, heads, d]
                 x = x + layer.o(out.reshape(T, -1), n_adapted)[0]
                 gate, up = layer.gate_up(layer.post_norm(x), n_adapted)  # [T, I] each
                 x.add_(layer.down(layer.act(gate).mul_(up), n_adapted)[0])  # x: this layer's own sum

@@ -1,18 +1,31 @@
-"""One call per decoder layer for a grown drafter in w4a8: kernels/layer.cpp walks a layer (its norms, the
-rotary embedding, the cache writes, taps.vnni's products, taps.rowwise's attention, the gated MLP and the
-mask rows' adapters) in C++, where taps.decoder's walk makes ~40 Python-level calls a layer.
+"""One call per decoder layer for a model whose linear layers are all w4a8 on taps.vnni: kernels/layer.cpp
+walks a layer (its norms, the rotary embedding, the cache writes, taps.vnni's products, taps.rowwise's
+attention, the gated MLP and a grown drafter's mask-row adapters) in C++, where taps.decoder's walk makes ~40
+Python-level calls a layer. Both a w4a8 target (bfloat16 or float32 rows) and a w4a8 grown drafter (float32
+rows) take it wherever their layers fit (`FusedLayer.fits`); taps.decoder.Decoder.fused holds the layers.
 
-Why: a draft's products are a small part of its time. The shipped 1.5B drafter (the 0.5B, 24 layers) in
-w4a8 beside the w4a8 1.5B, 256 tokens of context, one process (2-core AMD EPYC Zen 4, session 54): a draft
-of 4 new tokens and 5 masks took 33-35 ms through the walk, 15-18 ms of it with every product stubbed out
-(adapters' small float32 products ~4 ms, norms ~2, rotary ~1.3, attention 2.4, the rest Python and small
-ops). The fused layer's numbers are in `FusedLayer`'s docstring.
+Why: at a few rows the walk's calls cost as much as a layer's arithmetic. The shipped 1.5B drafter (the 0.5B,
+24 layers) in w4a8 beside the w4a8 1.5B, 256 tokens of context (2-core AMD EPYC Zen 4, session 54): a draft of
+4 new tokens and 5 masks took 33-35 ms through the walk, 15-18 ms of it with every product stubbed out
+(adapters' small float32 products ~4 ms, norms ~2, rotary ~1.3, attention 2.4, the rest Python and small ops);
+the 1.5B's own forward of one row 41.6 ms, 6.4 ms of it outside the products. End to end, one process, ways
+interleaved (results/quantized-targets/zen4/fused-layer.py, 10 HumanEval + 10 MT-Bench prompts, T=0, 128
+tokens): the drafter's layers fused (`fused-drafter.jsonl`) cut a round's draft 38.8 -> 33.3 ms (HumanEval)
+and 29.2 -> 24.0 (MT-Bench), taps:32 1.074x [1.013-1.131] / 1.053x [0.956-1.106] the tokens/s, the same
+tokens; both models' layers fused against neither (`fused-layer.jsonl`, METHODS=ar,taps:32): plain decoding
+1.225x [1.116-1.399] / 1.167x [1.071-1.422] the tokens/s (a token 38.8 -> 31.1 and 49.4 -> 39.5 ms), taps:32
+1.169x [1.114-1.245] / 1.247x [1.191-1.310] (verification 56.6 -> 50.9 and 62.2 -> 51.9 ms a round), every
+method its own plain decoding's tokens in each way.
 
-Arithmetic: the same operations as the walk's up to the order of float32 sums (the norms' mean, an adapter's
-B applied as one block matrix for q, k, v and one for gate, up); a drafter only proposes, the target
-verifies every token (docs/method.md section 4), so this can cost acceptance, never correctness.
-tests/test_decoder.py compares the two on a tiny model. Only drafters take it (a target's walk keeps
-transformers' bits), only in float32 with every linear layer on taps.vnni's w4a8 product.
+Arithmetic: the walk's operations and rounding points (a bfloat16 row is rounded where transformers rounds it:
+after the norm's scaling, after its weight, after each product, rotation and residual sum), up to the float order
+of a norm's sum of squares, a rotation rounded once (transformers rounds its two products and their sum too) and an
+adapter's products summed in another order. Every row is computed alone (the products and the attention were
+already: taps.vnni, taps.rowwise), so a target's tree rows are the bits of its path fed as a chain or token by
+token (tests/test_target_decoder.py), which lossless verification needs (docs/method.md sections 10 and 12); the
+fused target is thus another float order of the same w4a8 model than transformers' forward or the walk, its tokens
+at a near-tie may differ from theirs, and every method still equals its own plain decoding. A drafter only proposes
+(docs/method.md section 4). tests/test_decoder.py compares a fused drafter's drafts with the walk's.
 """
 
 from __future__ import annotations
@@ -47,27 +60,28 @@ class FusedLayer:
 
     @staticmethod
     def fits(layer, dtype: torch.dtype, attention) -> bool:
-        """Whether `layer` (taps.decoder.Layer) can run fused: float32, the row-wise kernel, every
+        """Whether `layer` (taps.decoder.Layer) can run fused: float32 or bfloat16, the row-wise kernel, every
         product w4a8 on taps.vnni with q, k, v and gate, up each one shared product, o and down alone
         without bias, RMS norms and SiLU."""
-        if dtype != torch.float32 or attention is None or load() is not None:
+        if dtype not in (torch.float32, torch.bfloat16) or attention is None or load() is not None:
             return False
         groups = (layer.qkv, layer.o, layer.gate_up, layer.down)
         if any(_w4a8(base) is None for g in groups for base in g.bases):
             return False
         if layer.qkv.shared is None or layer.gate_up.shared is None or layer.gate_up.shared.bias is not None:
             return False
-        if any(getattr(g.bases[0], "bias", None) is not None or g.bases[0].shared is not None for g in (layer.o, layer.down)):
+        alone = (layer.o.bases[0], layer.down.bases[0])
+        if any(getattr(base, "bias", None) is not None or base.shared is not None for base in alone):
             return False
         norms = (layer.input_norm, layer.post_norm)
-        return (all(hasattr(n, "variance_epsilon") and n.weight.dtype == torch.float32 for n in norms)
+        return (all(hasattr(n, "variance_epsilon") and n.weight.dtype == dtype for n in norms)
                 and isinstance(layer.act, (nn.SiLU, type(ACT2FN["silu"]))))
 
     def __init__(self, layer, attention):
         self.eps = float(layer.input_norm.variance_epsilon)
         self.norms = (layer.input_norm.weight.detach(), layer.post_norm.weight.detach())
         bias = layer.qkv.shared.bias
-        self.qkv_bias = torch.empty(0) if bias is None else bias.float()
+        self.qkv_bias = torch.empty(0) if bias is None else bias
         self.products = [list(_w4a8(g.bases[0])) for g in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         self.group = layer.qkv.bases[0].group_size
         self.adapters = [t for g in (layer.qkv, layer.o, layer.gate_up, layer.down) for t in self._adapter(g)]

@@ -1,12 +1,17 @@
-"""A grown drafter's layers in one C++ call each (taps.layer, `fused`) against taps.decoder's Python walk
-(`walk`), end to end. One process: the w4a8 1.5B beside its shipped drafter (w4a8), T=0, 128 tokens, per
-prompt METHODS each way in turn (the order reversed every other prompt), the first LIMIT HumanEval and
-MT-Bench (turn 1) prompts. Writes fused-layer.jsonl (one line per run) and prints, per set and method,
-median tokens/s, tau and draft-stage ms a round each way, the median paired ratio of tokens/s fused / walk
-with a 95% bootstrap interval, and whether every output was the same (the target verifies every token, so
-it must be).
+"""Decoder layers in one C++ call each (taps.layer) against taps.decoder's Python walk, end to end: `both` (the
+drafter's and the target's layers fused), `drafter` (the drafter's alone, the target walking) and `walk` (neither).
+One process: the w4a8 1.5B beside its shipped drafter (w4a8), T=0, 128 tokens, per prompt METHODS each way in turn
+(the order reversed every other prompt), the first LIMIT HumanEval and MT-Bench (turn 1) prompts. Writes OUT
+(default fused-layer.jsonl, one line per run) and prints, per set and method, median tokens/s, tau and draft- and
+verification-stage ms a round each way, each way's median paired ratio of tokens/s to `walk` with a 95% bootstrap
+interval, and the exactness checks: `drafter` gives `walk`'s tokens (same target), and every method gives its
+own target's plain decoding (`ar`, when METHODS has it) in each way. A fused target is another float order of
+the same w4a8 model (taps.layer), so `both` may pick other tokens than `walk` where two logits nearly tie.
 
-    .venv/bin/python results/quantized-targets/zen4/fused-layer.py  # LIMIT=5 METHODS=taps:32,ddtree:8
+    .venv/bin/python results/quantized-targets/zen4/fused-layer.py  # LIMIT=5 METHODS=ar,taps:32 WAYS=both,drafter,walk
+
+Session 54's runs: fused-drafter.jsonl (LIMIT=10 METHODS=taps:32,ddtree:8 WAYS=drafter,walk OUT=fused-drafter.jsonl,
+before the target's layers could fuse) and fused-layer.jsonl (LIMIT=10 METHODS=ar,taps:32).
 """
 
 import json
@@ -21,26 +26,29 @@ from taps.datasets import load_prompts
 
 HERE = Path(__file__).parent
 LIMIT = int(os.environ.get("LIMIT", "5"))
-METHODS = os.environ.get("METHODS", "taps:32,ddtree:8").split(",")
-WAYS = ("fused", "walk")
+METHODS = os.environ.get("METHODS", "ar,taps:32").split(",")
+WAYS = tuple(os.environ.get("WAYS", "both,drafter,walk").split(","))
+OUT = HERE / os.environ.get("OUT", "fused-layer.jsonl")
 # every run prefills its prompt whole (no reuse of the previous run's cache)
 spec = taps.load("qwen2.5-coder-1.5b", method="taps", budget=32, dtype="bfloat16", target_quant="w4a8",
                  drafter_quant="w4a8", profile=str(HERE / "profile-w4a8-draft-w4a8.json"), reuse_prefix=False)
-layers = spec.drafter.decoder.fused
-assert layers is not None, "the drafter's layers do not fit taps.layer here"
+drafter_layers, target_layers = spec.drafter.decoder.fused, spec.target.decoder.fused
+assert drafter_layers is not None and target_layers is not None, "the layers do not fit taps.layer here"
 cpu = cpu_name()
-spec.generate("Say hi.", max_new_tokens=8)  # warm-up
 records = []
-with (HERE / "fused-layer.jsonl").open("w") as out:
+with OUT.open("w") as out:
     n = 0
     for dataset in ("humaneval", "mt-bench"):
         for prompt in load_prompts(dataset, LIMIT):
             text = prompt.turns[0]
             for spec_method in METHODS:
-                method, budget = spec_method.split(":")
+                method, _, budget = spec_method.partition(":")
                 for way in WAYS if n % 2 == 0 else WAYS[::-1]:
-                    spec.drafter.decoder.fused = layers if way == "fused" else None
-                    result = spec.generate(text, method=method, budget=int(budget), max_new_tokens=128)
+                    spec.drafter.decoder.fused = drafter_layers if way != "walk" else None
+                    spec.target.decoder.fused = target_layers if way == "both" else None
+                    if n == 0:
+                        spec.generate("Say hi.", max_new_tokens=8)  # warm-up, each way
+                    result = spec.generate(text, method=method, budget=int(budget or 0) or None, max_new_tokens=128)
                     stats = result.stats
                     record = {"dataset": dataset, "prompt": prompt.id, "method": spec_method, "way": way,
                               "tokens_per_second": stats.tokens_per_second, "tau": stats.tau,
@@ -54,18 +62,27 @@ with (HERE / "fused-layer.jsonl").open("w") as out:
 
 rng = random.Random(0)
 for dataset in ("humaneval", "mt-bench"):
+    by = {(r["prompt"], r["method"], r["way"]): r for r in records if r["dataset"] == dataset}
+    prompts = sorted({p for p, _, _ in by})
     for spec_method in METHODS:
-        by = {(r["prompt"], r["way"]): r for r in records if r["dataset"] == dataset and r["method"] == spec_method}
-        prompts = sorted({p for p, _ in by})
         line = [f"{dataset:9s} {spec_method:9s}"]
         for way in WAYS:
-            runs = [by[p, way] for p in prompts]
+            runs = [by[p, spec_method, way] for p in prompts]
             line.append(f"{way} {statistics.median(r['tokens_per_second'] for r in runs):.2f} tok/s tau "
                         f"{statistics.median(r['tau'] for r in runs):.2f} draft "
-                        f"{statistics.median(r['draft_ms'] for r in runs):.1f} ms")
-        ratios = [by[p, "fused"]["tokens_per_second"] / by[p, "walk"]["tokens_per_second"] for p in prompts]
-        boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-        same = all(by[p, "fused"]["token_ids"] == by[p, "walk"]["token_ids"] for p in prompts)
-        line.append(f"fused/walk {statistics.median(ratios):.3f} [{boot[50]:.3f}-{boot[1949]:.3f}] same {same}")
+                        f"{statistics.median(r['draft_ms'] for r in runs):.1f} verify "
+                        f"{statistics.median(r['verify_ms'] for r in runs):.1f} ms")
+        for way in [w for w in WAYS if w != "walk" and "walk" in WAYS]:
+            ratios = [by[p, spec_method, way]["tokens_per_second"] / by[p, spec_method, "walk"]["tokens_per_second"]
+                      for p in prompts]
+            boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+            line.append(f"{way}/walk {statistics.median(ratios):.3f} [{boot[50]:.3f}-{boot[1949]:.3f}]")
         print("  ".join(line))
+    for way in WAYS:
+        if "ar" in METHODS:
+            same = all(by[p, m, way]["token_ids"] == by[p, "ar", way]["token_ids"] for p in prompts for m in METHODS)
+            print(f"{dataset:9s} {way}: every method = its ar: {same}")
+    if "drafter" in WAYS and "walk" in WAYS:
+        same = all(by[p, m, "drafter"]["token_ids"] == by[p, m, "walk"]["token_ids"] for p in prompts for m in METHODS)
+        print(f"{dataset:9s} drafter = walk: {same}")
 print(cpu)

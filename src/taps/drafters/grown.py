@@ -361,7 +361,7 @@ class GrownDrafter:
         # anew whenever the model is set, so it walks the present layers (a drafter is quantized
         # after it is built: taps.drafters.loading)
         self._model = model
-        self.decoder = Decoder(model, fuse=True) if fits(model) else None
+        self.decoder = Decoder(model) if fits(model) else None
 
     def start(self, prompt_ids: Sequence[int], reused: int = 0) -> None:
         """Keep the K/V of the longest prefix of the prompt's first `reused` tokens that the cache holds (a

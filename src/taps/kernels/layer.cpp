@@ -27,39 +27,47 @@ at::Tensor w4a8(const at::Tensor& x, const at::TensorList packed, int64_t group)
   return op.call(x, packed[0], packed[1], packed[2], group);
 }
 
-// transformers' RMSNorm in float32: x / sqrt(mean(x^2) + eps) * weight, row by row
+inline float load(float v) { return v; }
+inline float load(at::BFloat16 v) { return static_cast<float>(v); }
+template <typename T>
+inline T store(float v) { return static_cast<T>(v); }  // bfloat16: round to nearest even, as .to() does
+
+// transformers' RMSNorm: x / sqrt(mean(x^2) + eps) in float32, rounded to the rows' dtype, times the weight (in
+// the rows' dtype), row by row
+template <typename T>
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const int64_t T = x.size(0), H = x.size(1);
+  const int64_t rows = x.size(0), H = x.size(1);
   at::Tensor out = at::empty_like(x);
-  const float* xp = x.data_ptr<float>();
-  const float* w = weight.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  for (int64_t t = 0; t < T; ++t) {
-    const float* row = xp + t * H;
+  const T* xp = x.data_ptr<T>();
+  const T* w = weight.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  for (int64_t t = 0; t < rows; ++t) {
+    const T* row = xp + t * H;
     float sum = 0.0f;
-    for (int64_t h = 0; h < H; ++h) sum += row[h] * row[h];
+    for (int64_t h = 0; h < H; ++h) sum += load(row[h]) * load(row[h]);
     const float inv = 1.0f / std::sqrt(sum / static_cast<float>(H) + static_cast<float>(eps));
-    for (int64_t h = 0; h < H; ++h) op[t * H + h] = w[h] * (row[h] * inv);
+    for (int64_t h = 0; h < H; ++h) op[t * H + h] = store<T>(load(w[h]) * load(store<T>(load(row[h]) * inv)));
   }
   return out;
 }
 
 // rows [T, heads * d] (a strided slice of a product) rotated by cos, sin [T, d] into out (row t, head h at
-// out + t * row_stride + h * head_stride): x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1)
-void rotate(const at::Tensor& rows, int64_t heads, int64_t d, const at::Tensor& cos, const at::Tensor& sin, float* out,
+// out + t * row_stride + h * head_stride): x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1), in float32
+template <typename T>
+void rotate(const at::Tensor& rows, int64_t heads, int64_t d, const at::Tensor& cos, const at::Tensor& sin, T* out,
             int64_t row_stride, int64_t head_stride) {
-  const int64_t T = rows.size(0), in_stride = rows.stride(0), half = d / 2;
-  const float* x = rows.data_ptr<float>();
-  const float* c = cos.data_ptr<float>();
-  const float* s = sin.data_ptr<float>();
-  for (int64_t t = 0; t < T; ++t)
+  const int64_t n = rows.size(0), in_stride = rows.stride(0), half = d / 2;
+  const T* x = rows.data_ptr<T>();
+  const T* c = cos.data_ptr<T>();
+  const T* s = sin.data_ptr<T>();
+  for (int64_t t = 0; t < n; ++t)
     for (int64_t h = 0; h < heads; ++h) {
-      const float* xi = x + t * in_stride + h * d;
-      float* o = out + t * row_stride + h * head_stride;
-      const float* ct = c + t * d;
-      const float* st = s + t * d;
-      for (int64_t i = 0; i < half; ++i) o[i] = xi[i] * ct[i] - xi[i + half] * st[i];
-      for (int64_t i = half; i < d; ++i) o[i] = xi[i] * ct[i] + xi[i - half] * st[i];
+      const T* xi = x + t * in_stride + h * d;
+      T* o = out + t * row_stride + h * head_stride;
+      const T* ct = c + t * d;
+      const T* st = s + t * d;
+      for (int64_t i = 0; i < half; ++i) o[i] = store<T>(load(xi[i]) * load(ct[i]) - load(xi[i + half]) * load(st[i]));
+      for (int64_t i = half; i < d; ++i) o[i] = store<T>(load(xi[i]) * load(ct[i]) + load(xi[i - half]) * load(st[i]));
     }
 }
 
@@ -96,35 +104,31 @@ void adapt(at::Tensor& out, const at::Tensor& x, const at::Tensor& a, const at::
   }
 }
 
-at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
+template <typename T>
+at::Tensor layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
                       at::TensorList qkv, const at::Tensor& qkv_bias, at::TensorList o, at::TensorList gate_up,
                       at::TensorList down, int64_t group, at::TensorList adapters, int64_t n_adapted,
                       const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys, const at::Tensor& values,
                       int64_t start, int64_t heads, double scaling, const at::Tensor& prefix,
                       const at::Tensor& offsets, const at::Tensor& extra, c10::string_view attention) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat, "x: contiguous float32 [T, H]");
-  TORCH_CHECK(keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat && keys.is_contiguous() &&
-                  values.is_contiguous(),
-              "keys, values: contiguous float32 [kv_heads, capacity, d]");
-  TORCH_CHECK(adapters.size() == 12, "adapters: A, spans and B for qkv, o, gate_up, down");
-  const int64_t T = x.size(0), kv_heads = keys.size(0), d = keys.size(2), end = start + T;
+  const int64_t rows = x.size(0), kv_heads = keys.size(0), d = keys.size(2), end = start + rows;
   TORCH_CHECK(end <= keys.size(1), "the cache has no room for the rows");
-  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.size(0) == T && cos.size(1) == d, "cos, sin: [T, d]");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.size(0) == rows && cos.size(1) == d, "cos, sin: [T, d]");
 
   // attention: q, k rotated, k and v into the cache, every row over its keys
-  at::Tensor h = rms_norm(x, input_norm, eps);
+  at::Tensor h = rms_norm<T>(x, input_norm, eps);
   at::Tensor qkv_out = w4a8(h, qkv, group);  // [T, (heads + 2 kv_heads) d]
   if (qkv_bias.numel()) qkv_out.add_(qkv_bias);
   adapt(qkv_out, h, adapters[0], adapters[1], adapters[2], n_adapted);
   const int64_t nq = heads * d, nk = kv_heads * d;
-  at::Tensor q = at::empty({T, heads, d}, x.options());
-  rotate(qkv_out.narrow(1, 0, nq), heads, d, cos, sin, q.data_ptr<float>(), heads * d, d);
+  at::Tensor q = at::empty({rows, heads, d}, x.options());
+  rotate(qkv_out.narrow(1, 0, nq), heads, d, cos, sin, q.data_ptr<T>(), heads * d, d);
   const int64_t capacity = keys.size(1);
-  float* kp = keys.data_ptr<float>() + start * d;
+  T* kp = keys.data_ptr<T>() + start * d;
   rotate(qkv_out.narrow(1, nq, nk), kv_heads, d, cos, sin, kp, d, capacity * d);
-  const float* v = qkv_out.data_ptr<float>() + nq + nk;
-  float* vp = values.data_ptr<float>() + start * d;
-  for (int64_t t = 0; t < T; ++t)
+  const T* v = qkv_out.data_ptr<T>() + nq + nk;
+  T* vp = values.data_ptr<T>() + start * d;
+  for (int64_t t = 0; t < rows; ++t)
     for (int64_t g = 0; g < kv_heads; ++g)
       std::copy(v + t * qkv_out.stride(0) + g * d, v + t * qkv_out.stride(0) + (g + 1) * d, vp + t * d + g * capacity * d);
   const auto attend = c10::Dispatcher::singleton()
@@ -133,13 +137,13 @@ at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const a
                                             const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
   at::Tensor out = attend.call(q.transpose(0, 1), scaling, keys.narrow(1, 0, end), values.narrow(1, 0, end), prefix,
                                offsets, extra)
-                       .reshape({T, nq});  // [T, heads * d]
+                       .reshape({rows, nq});  // [T, heads * d]
   at::Tensor o_out = w4a8(out, o, group);
   adapt(o_out, out, adapters[3], adapters[4], adapters[5], n_adapted);
   at::Tensor y = x + o_out;
 
   // the gated MLP
-  at::Tensor h2 = rms_norm(y, post_norm, eps);
+  at::Tensor h2 = rms_norm<T>(y, post_norm, eps);
   at::Tensor gu = w4a8(h2, gate_up, group);  // [T, 2 I]
   adapt(gu, h2, adapters[6], adapters[7], adapters[8], n_adapted);
   const int64_t I = gu.size(1) / 2;
@@ -147,6 +151,27 @@ at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const a
   at::Tensor down_out = w4a8(act, down, group);
   adapt(down_out, act, adapters[9], adapters[10], adapters[11], n_adapted);
   return y.add_(down_out);
+}
+
+at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
+                      at::TensorList qkv, const at::Tensor& qkv_bias, at::TensorList o, at::TensorList gate_up,
+                      at::TensorList down, int64_t group, at::TensorList adapters, int64_t n_adapted,
+                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys, const at::Tensor& values,
+                      int64_t start, int64_t heads, double scaling, const at::Tensor& prefix,
+                      const at::Tensor& offsets, const at::Tensor& extra, c10::string_view attention) {
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (dtype == at::kFloat || dtype == at::kBFloat16),
+              "x: contiguous float32 or bfloat16 [T, H]");
+  for (const at::Tensor* t : {&input_norm, &post_norm, &cos, &sin, &keys, &values})
+    TORCH_CHECK(t->scalar_type() == dtype && t->is_contiguous(), "norms, cos, sin, keys, values: contiguous, x's dtype");
+  TORCH_CHECK(adapters.size() == 12, "adapters: A, spans and B for qkv, o, gate_up, down");
+  TORCH_CHECK(dtype == at::kFloat || n_adapted == 0, "adapters act on float32 rows");
+  auto call = [&](auto zero) {
+    return layer<decltype(zero)>(x, input_norm, post_norm, eps, qkv, qkv_bias, o, gate_up, down, group, adapters,
+                                 n_adapted, cos, sin, keys, values, start, heads, scaling, prefix, offsets, extra,
+                                 attention);
+  };
+  return dtype == at::kFloat ? call(0.0f) : call(at::BFloat16(0.0f));
 }
 
 }  // namespace
