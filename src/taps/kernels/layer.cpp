@@ -73,31 +73,34 @@ void rotate(const at::Tensor& rows, int64_t heads, int64_t d, const at::Tensor& 
 
 // out's last n rows += x's last n rows A B (an activated adapter): A [in, r] float32 (empty: none); member m of a
 // shared product reads columns spans[m][0] .. + spans[m][1] of x A and adds their product with its B [r_m, out_m]
-// (row-major at b + spans[m][4]) to out's columns spans[m][2] .. + spans[m][3]. Loops, not ATen's products:
-// at 1-8 rows and rank 16 a product's call cost more than its arithmetic (taps.layer).
+// (row-major at b + spans[m][4]) to out's columns spans[m][2] .. + spans[m][3]. Loops, not ATen's products: at
+// 1-8 rows and rank 16 a product's call cost more than its arithmetic (taps.layer); each row of A and of a B is
+// read once for all n rows.
 void adapt(at::Tensor& out, const at::Tensor& x, const at::Tensor& a, const at::Tensor& spans, const at::Tensor& b,
            int64_t n) {
   if (n == 0 || a.numel() == 0) return;
-  const int64_t T = x.size(0), in = x.size(1), R = a.size(1), N = out.size(1);
+  const int64_t first = x.size(0) - n, in = x.size(1), R = a.size(1), N = out.size(1);
   const float* A = a.data_ptr<float>();
+  const float* X = x.data_ptr<float>() + first * in;
+  std::vector<float> xa(n * R, 0.0f);  // [n, R]
+  for (int64_t i = 0; i < in; ++i) {
+    const float* Ai = A + i * R;
+    for (int64_t t = 0; t < n; ++t) {
+      const float xi = X[t * in + i];
+      float* row = xa.data() + t * R;
+      for (int64_t r = 0; r < R; ++r) row[r] += xi * Ai[r];
+    }
+  }
   const int64_t* span = spans.data_ptr<int64_t>();
   const float* B = b.data_ptr<float>();
-  std::vector<float> xa(R);
-  for (int64_t t = T - n; t < T; ++t) {
-    std::fill(xa.begin(), xa.end(), 0.0f);
-    const float* xt = x.data_ptr<float>() + t * in;
-    for (int64_t i = 0; i < in; ++i) {
-      const float xi = xt[i];
-      const float* Ai = A + i * R;
-      for (int64_t r = 0; r < R; ++r) xa[r] += xi * Ai[r];
-    }
-    float* ot = out.data_ptr<float>() + t * N;
-    for (int64_t m = 0; m < spans.size(0); ++m) {
-      const int64_t* s = span + 5 * m;
-      float* o = ot + s[2];
-      for (int64_t r = 0; r < s[1]; ++r) {
-        const float c = xa[s[0] + r];
-        const float* Br = B + s[4] + r * s[3];
+  float* O = out.data_ptr<float>() + first * N;
+  for (int64_t m = 0; m < spans.size(0); ++m) {
+    const int64_t* s = span + 5 * m;
+    for (int64_t r = 0; r < s[1]; ++r) {
+      const float* Br = B + s[4] + r * s[3];
+      for (int64_t t = 0; t < n; ++t) {
+        const float c = xa[t * R + s[0] + r];
+        float* o = O + t * N + s[2];
         for (int64_t j = 0; j < s[3]; ++j) o[j] += c * Br[j];
       }
     }
