@@ -10,16 +10,15 @@ WAYS=shallow,shallow2,full) and draft-depth-two-ways.jsonl (LIMIT=10 METHODS=tap
     .venv/bin/python results/quantized-targets/zen4/draft-depth.py  # LIMIT=5 METHODS=taps:32,ddtree:8 WAYS=shallow,full
 """
 
-import json
 import os
 import random
 import statistics
 from pathlib import Path
 
+import ways
+
 import taps
 from taps import rounds
-from taps.costmodel import cpu_name
-from taps.datasets import load_prompts
 
 HERE = Path(__file__).parent
 LIMIT = int(os.environ.get("LIMIT", "5"))
@@ -29,30 +28,14 @@ HEADROOM = {"shallow": 1, "shallow2": 2}
 # every run prefills its prompt whole (no reuse of the previous run's cache)
 spec = taps.load("qwen2.5-coder-1.5b", method="taps", budget=32, dtype="bfloat16", target_quant="w4a8",
                  drafter_quant="w4a8", profile=str(HERE / "profile-w4a8-draft-w4a8.json"), reuse_prefix=False)
-cpu = cpu_name()
-spec.generate("Say hi.", max_new_tokens=8)  # warm-up
-records = []
-with (HERE / "draft-depth.jsonl").open("w") as out:
-    n = 0
-    for dataset in ("humaneval", "mt-bench"):
-        for prompt in load_prompts(dataset, LIMIT):
-            text = prompt.turns[0]
-            for spec_method in METHODS:
-                method, budget = spec_method.split(":")
-                for way in WAYS if n % 2 == 0 else WAYS[::-1]:
-                    spec.drafter.prefix_drafts = way != "full"  # read by each run's DraftProposer
-                    rounds.DEPTH_HEADROOM = HEADROOM.get(way, 1)
-                    result = spec.generate(text, method=method, budget=int(budget), max_new_tokens=128)
-                    stats = result.stats
-                    record = {"dataset": dataset, "prompt": prompt.id, "method": spec_method, "way": way,
-                              "tokens_per_second": stats.tokens_per_second, "tau": stats.tau,
-                              "draft_ms": 1e3 * stats.stage_seconds["draft"] / max(stats.rounds, 1),
-                              "verify_ms": 1e3 * stats.stage_seconds["verify"] / max(stats.rounds, 1),
-                              "mean_tree": stats.mean_tree_size, "token_ids": result.token_ids, "cpu": cpu}
-                    records.append(record)
-                    out.write(json.dumps(record) + "\n")
-                    out.flush()
-                n += 1
+
+
+def setup(way: str) -> None:
+    spec.drafter.prefix_drafts = way != "full"  # read by each run's DraftProposer
+    rounds.DEPTH_HEADROOM = HEADROOM.get(way, 1)
+
+
+records = ways.interleave(spec, HERE / "draft-depth.jsonl", LIMIT, METHODS, WAYS, setup)
 
 rng = random.Random(0)
 for dataset in ("humaneval", "mt-bench"):
@@ -71,4 +54,4 @@ for dataset in ("humaneval", "mt-bench"):
             same = all(by[p, way]["token_ids"] == by[p, "full"]["token_ids"] for p in prompts)
             line.append(f"{way}/full {statistics.median(ratios):.3f} [{boot[50]:.3f}-{boot[1949]:.3f}] same {same}")
         print("  ".join(line))
-print(cpu)
+print(records[0]["cpu"])

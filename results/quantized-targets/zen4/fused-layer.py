@@ -14,15 +14,14 @@ Session 54's runs: fused-drafter.jsonl (LIMIT=10 METHODS=taps:32,ddtree:8 WAYS=d
 before the target's layers could fuse) and fused-layer.jsonl (LIMIT=10 METHODS=ar,taps:32).
 """
 
-import json
 import os
 import random
 import statistics
 from pathlib import Path
 
+import ways
+
 import taps
-from taps.costmodel import cpu_name
-from taps.datasets import load_prompts
 
 HERE = Path(__file__).parent
 LIMIT = int(os.environ.get("LIMIT", "5"))
@@ -34,31 +33,14 @@ spec = taps.load("qwen2.5-coder-1.5b", method="taps", budget=32, dtype="bfloat16
                  drafter_quant="w4a8", profile=str(HERE / "profile-w4a8-draft-w4a8.json"), reuse_prefix=False)
 drafter_layers, target_layers = spec.drafter.decoder.fused, spec.target.decoder.fused
 assert drafter_layers is not None and target_layers is not None, "the layers do not fit taps.layer here"
-cpu = cpu_name()
-records = []
-with OUT.open("w") as out:
-    n = 0
-    for dataset in ("humaneval", "mt-bench"):
-        for prompt in load_prompts(dataset, LIMIT):
-            text = prompt.turns[0]
-            for spec_method in METHODS:
-                method, _, budget = spec_method.partition(":")
-                for way in WAYS if n % 2 == 0 else WAYS[::-1]:
-                    spec.drafter.decoder.fused = drafter_layers if way != "walk" else None
-                    spec.target.decoder.fused = target_layers if way == "both" else None
-                    if n == 0:
-                        spec.generate("Say hi.", max_new_tokens=8)  # warm-up, each way
-                    result = spec.generate(text, method=method, budget=int(budget or 0) or None, max_new_tokens=128)
-                    stats = result.stats
-                    record = {"dataset": dataset, "prompt": prompt.id, "method": spec_method, "way": way,
-                              "tokens_per_second": stats.tokens_per_second, "tau": stats.tau,
-                              "draft_ms": 1e3 * stats.stage_seconds["draft"] / max(stats.rounds, 1),
-                              "verify_ms": 1e3 * stats.stage_seconds["verify"] / max(stats.rounds, 1),
-                              "mean_tree": stats.mean_tree_size, "token_ids": result.token_ids, "cpu": cpu}
-                    records.append(record)
-                    out.write(json.dumps(record) + "\n")
-                    out.flush()
-                n += 1
+
+
+def setup(way: str) -> None:
+    spec.drafter.decoder.fused = drafter_layers if way != "walk" else None
+    spec.target.decoder.fused = target_layers if way == "both" else None
+
+
+records = ways.interleave(spec, OUT, LIMIT, METHODS, WAYS, setup)
 
 rng = random.Random(0)
 for dataset in ("humaneval", "mt-bench"):
@@ -85,4 +67,4 @@ for dataset in ("humaneval", "mt-bench"):
     if "drafter" in WAYS and "walk" in WAYS:
         same = all(by[p, m, "drafter"]["token_ids"] == by[p, m, "walk"]["token_ids"] for p in prompts for m in METHODS)
         print(f"{dataset:9s} drafter = walk: {same}")
-print(cpu)
+print(records[0]["cpu"])

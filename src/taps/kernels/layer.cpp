@@ -107,55 +107,6 @@ void adapt(at::Tensor& out, const at::Tensor& x, const at::Tensor& a, const at::
   }
 }
 
-template <typename T>
-at::Tensor layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
-                      at::TensorList qkv, const at::Tensor& qkv_bias, at::TensorList o, at::TensorList gate_up,
-                      at::TensorList down, int64_t group, at::TensorList adapters, int64_t n_adapted,
-                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys, const at::Tensor& values,
-                      int64_t start, int64_t heads, double scaling, const at::Tensor& prefix,
-                      const at::Tensor& offsets, const at::Tensor& extra, c10::string_view attention) {
-  const int64_t rows = x.size(0), kv_heads = keys.size(0), d = keys.size(2), end = start + rows;
-  TORCH_CHECK(end <= keys.size(1), "the cache has no room for the rows");
-  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.size(0) == rows && cos.size(1) == d, "cos, sin: [T, d]");
-
-  // attention: q, k rotated, k and v into the cache, every row over its keys
-  at::Tensor h = rms_norm<T>(x, input_norm, eps);
-  at::Tensor qkv_out = w4a8(h, qkv, group);  // [T, (heads + 2 kv_heads) d]
-  if (qkv_bias.numel()) qkv_out.add_(qkv_bias);
-  adapt(qkv_out, h, adapters[0], adapters[1], adapters[2], n_adapted);
-  const int64_t nq = heads * d, nk = kv_heads * d;
-  at::Tensor q = at::empty({rows, heads, d}, x.options());
-  rotate(qkv_out.narrow(1, 0, nq), heads, d, cos, sin, q.data_ptr<T>(), heads * d, d);
-  const int64_t capacity = keys.size(1);
-  T* kp = keys.data_ptr<T>() + start * d;
-  rotate(qkv_out.narrow(1, nq, nk), kv_heads, d, cos, sin, kp, d, capacity * d);
-  const T* v = qkv_out.data_ptr<T>() + nq + nk;
-  T* vp = values.data_ptr<T>() + start * d;
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t g = 0; g < kv_heads; ++g)
-      std::copy(v + t * qkv_out.stride(0) + g * d, v + t * qkv_out.stride(0) + (g + 1) * d, vp + t * d + g * capacity * d);
-  const auto attend = c10::Dispatcher::singleton()
-                          .findSchemaOrThrow(std::string(attention).c_str(), "")
-                          .typed<at::Tensor(const at::Tensor&, double, const at::Tensor&, const at::Tensor&,
-                                            const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
-  at::Tensor out = attend.call(q.transpose(0, 1), scaling, keys.narrow(1, 0, end), values.narrow(1, 0, end), prefix,
-                               offsets, extra)
-                       .reshape({rows, nq});  // [T, heads * d]
-  at::Tensor o_out = w4a8(out, o, group);
-  adapt(o_out, out, adapters[3], adapters[4], adapters[5], n_adapted);
-  at::Tensor y = x + o_out;
-
-  // the gated MLP
-  at::Tensor h2 = rms_norm<T>(y, post_norm, eps);
-  at::Tensor gu = w4a8(h2, gate_up, group);  // [T, 2 I]
-  adapt(gu, h2, adapters[6], adapters[7], adapters[8], n_adapted);
-  const int64_t I = gu.size(1) / 2;
-  at::Tensor act = at::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));  // [T, I]
-  at::Tensor down_out = w4a8(act, down, group);
-  adapt(down_out, act, adapters[9], adapters[10], adapters[11], n_adapted);
-  return y.add_(down_out);
-}
-
 at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
                       at::TensorList qkv, const at::Tensor& qkv_bias, at::TensorList o, at::TensorList gate_up,
                       at::TensorList down, int64_t group, at::TensorList adapters, int64_t n_adapted,
@@ -166,15 +117,56 @@ at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const a
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && (dtype == at::kFloat || dtype == at::kBFloat16),
               "x: contiguous float32 or bfloat16 [T, H]");
   for (const at::Tensor* t : {&input_norm, &post_norm, &cos, &sin, &keys, &values})
-    TORCH_CHECK(t->scalar_type() == dtype && t->is_contiguous(), "norms, cos, sin, keys, values: contiguous, x's dtype");
+    TORCH_CHECK(t->scalar_type() == dtype && t->is_contiguous(),
+                "norms, cos, sin, keys, values: contiguous, in x's dtype");
   TORCH_CHECK(adapters.size() == 12, "adapters: A, spans and B for qkv, o, gate_up, down");
   TORCH_CHECK(dtype == at::kFloat || n_adapted == 0, "adapters act on float32 rows");
-  auto call = [&](auto zero) {
-    return layer<decltype(zero)>(x, input_norm, post_norm, eps, qkv, qkv_bias, o, gate_up, down, group, adapters,
-                                 n_adapted, cos, sin, keys, values, start, heads, scaling, prefix, offsets, extra,
-                                 attention);
+  const int64_t rows = x.size(0), kv_heads = keys.size(0), d = keys.size(2), end = start + rows;
+  TORCH_CHECK(end <= keys.size(1), "the cache has no room for the rows");
+  TORCH_CHECK(cos.size(0) == rows && cos.size(1) == d && sin.sizes() == cos.sizes(), "cos, sin: [T, d]");
+  // the layer in the rows' dtype T (float or at::BFloat16)
+  auto walk = [&](auto zero) -> at::Tensor {
+    using T = decltype(zero);
+
+    // attention: q, k rotated, k and v into the cache, every row over its keys
+    at::Tensor h = rms_norm<T>(x, input_norm, eps);
+    at::Tensor qkv_out = w4a8(h, qkv, group);  // [T, (heads + 2 kv_heads) d]
+    if (qkv_bias.numel()) qkv_out.add_(qkv_bias);
+    adapt(qkv_out, h, adapters[0], adapters[1], adapters[2], n_adapted);
+    const int64_t nq = heads * d, nk = kv_heads * d;
+    at::Tensor q = at::empty({rows, heads, d}, x.options());
+    rotate(qkv_out.narrow(1, 0, nq), heads, d, cos, sin, q.data_ptr<T>(), heads * d, d);
+    const int64_t capacity = keys.size(1);
+    T* kp = keys.data_ptr<T>() + start * d;
+    rotate(qkv_out.narrow(1, nq, nk), kv_heads, d, cos, sin, kp, d, capacity * d);
+    const T* v = qkv_out.data_ptr<T>() + nq + nk;
+    T* vp = values.data_ptr<T>() + start * d;
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t g = 0; g < kv_heads; ++g)
+        std::copy(v + t * qkv_out.stride(0) + g * d, v + t * qkv_out.stride(0) + (g + 1) * d,
+                  vp + t * d + g * capacity * d);
+    const auto attend = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow(std::string(attention).c_str(), "")
+                            .typed<at::Tensor(const at::Tensor&, double, const at::Tensor&, const at::Tensor&,
+                                              const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+    at::Tensor out = attend.call(q.transpose(0, 1), scaling, keys.narrow(1, 0, end), values.narrow(1, 0, end), prefix,
+                                 offsets, extra)
+                         .reshape({rows, nq});  // [T, heads * d]
+    at::Tensor o_out = w4a8(out, o, group);
+    adapt(o_out, out, adapters[3], adapters[4], adapters[5], n_adapted);
+    at::Tensor y = x + o_out;
+
+    // the gated MLP
+    at::Tensor h2 = rms_norm<T>(y, post_norm, eps);
+    at::Tensor gu = w4a8(h2, gate_up, group);  // [T, 2 I]
+    adapt(gu, h2, adapters[6], adapters[7], adapters[8], n_adapted);
+    const int64_t I = gu.size(1) / 2;
+    at::Tensor act = at::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));  // [T, I]
+    at::Tensor down_out = w4a8(act, down, group);
+    adapt(down_out, act, adapters[9], adapters[10], adapters[11], n_adapted);
+    return y.add_(down_out);
   };
-  return dtype == at::kFloat ? call(0.0f) : call(at::BFloat16(0.0f));
+  return dtype == at::kFloat ? walk(0.0f) : walk(at::BFloat16(0.0f));
 }
 
 }  // namespace
