@@ -65,7 +65,7 @@ class FusedLayer:
         """Whether `layer` (taps.decoder.Layer) can run fused: float32 or bfloat16, the row-wise kernel, every
         product w4a8 on taps.vnni with q, k, v and gate, up each one shared product, o and down alone
         without bias, RMS norms and SiLU."""
-        if dtype not in (torch.float32, torch.bfloat16) or attention is None or load() is not None:
+        if dtype not in (torch.float32, torch.bfloat16) or attention is None:
             return False
         groups = (layer.qkv, layer.o, layer.gate_up, layer.down)
         if any(_w4a8(base) is None for g in groups for base in g.bases):
@@ -76,8 +76,10 @@ class FusedLayer:
         if any(getattr(base, "bias", None) is not None or base.shared is not None for base in alone):
             return False
         norms = (layer.input_norm, layer.post_norm)
-        return (all(hasattr(n, "variance_epsilon") and n.weight.dtype == dtype for n in norms)
-                and isinstance(layer.act, (nn.SiLU, type(ACT2FN["silu"]))))
+        if not all(hasattr(n, "variance_epsilon") and n.weight.dtype == dtype for n in norms):
+            return False
+        # built last: a model that cannot fuse never waits for the build
+        return isinstance(layer.act, (nn.SiLU, type(ACT2FN["silu"]))) and load() is None
 
     def __init__(self, layer, attention):
         self.eps = float(layer.input_norm.variance_epsilon)
