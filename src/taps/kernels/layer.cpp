@@ -1,12 +1,13 @@
-// One Llama-family decoder layer over float32 rows whose linear layers are taps.vnni w4a8 products, in one
-// call: taps.decoder's walk for a grown drafter in w4a8 (taps.layer says why and what was measured). Built
-// at first use by torch.utils.cpp_extension; registers torch.ops.taps_layer.w4a8_layer. The products and the
-// attention are taps' own ops (torch.ops.taps.w4a8_linear, torch.ops.taps_rowwise_*.attention), called
-// through the dispatcher; the norms, the rotary embedding and the cache writes are loops here, the rest ATen.
+// One Llama-family decoder layer whose linear layers are all taps.vnni w4a8 products, in one call, over float32 or
+// bfloat16 rows: taps.decoder's walk for a w4a8 target or grown drafter (taps.layer says why, what was measured and
+// how its arithmetic relates to the walk's). Built at first use by torch.utils.cpp_extension; registers
+// torch.ops.taps_layer.w4a8_layer. The products and the attention are taps' own ops (torch.ops.taps.w4a8_linear,
+// torch.ops.taps_rowwise_*.attention), called through the dispatcher; the norms, the rotary embedding, the cache
+// writes and the adapters are loops here, the rest ATen.
 //
-// x [T, H] float32 -> the layer's output [T, H]; the layer's keys and values for its T rows are written into
-// keys, values [kv_heads, capacity, d] at slots start .. start + T - 1, and each row attends the keys its lists
-// (prefix, offsets, extra: taps.rowwise) name. Activated adapters (a grown drafter's masks) add
+// x [T, H] -> the layer's output [T, H]; the layer's keys and values for its T rows are written into keys, values
+// [kv_heads, capacity, d] at slots start .. start + T - 1, and each row attends the keys its lists (prefix,
+// offsets, extra: taps.rowwise) name. Activated adapters (a grown drafter's masks, float32 rows only) add
 // x[-n:] A B to the last n rows of a product (`adapt`).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -14,8 +15,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace {
 
@@ -25,6 +28,23 @@ at::Tensor w4a8(const at::Tensor& x, const at::TensorList packed, int64_t group)
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                const at::Tensor&, int64_t)>();
   return op.call(x, packed[0], packed[1], packed[2], group);
+}
+
+using AttentionFn = at::Tensor(const at::Tensor&, double, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const at::Tensor&, const at::Tensor&);
+using Attention = c10::TypedOperatorHandle<AttentionFn>;
+
+// the row-wise kernel's op by its qualified name, looked up once per name (not once a layer)
+const Attention& attention_op(c10::string_view name) {
+  static std::mutex lock;
+  static std::unordered_map<std::string, Attention> ops;
+  std::lock_guard<std::mutex> guard(lock);
+  const std::string key(name);
+  auto found = ops.find(key);
+  if (found == ops.end())
+    found = ops.emplace(key, c10::Dispatcher::singleton().findSchemaOrThrow(key.c_str(), "").typed<AttentionFn>())
+                .first;
+  return found->second;
 }
 
 inline float load(float v) { return v; }
@@ -145,12 +165,9 @@ at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const a
       for (int64_t g = 0; g < kv_heads; ++g)
         std::copy(v + t * qkv_out.stride(0) + g * d, v + t * qkv_out.stride(0) + (g + 1) * d,
                   vp + t * d + g * capacity * d);
-    const auto attend = c10::Dispatcher::singleton()
-                            .findSchemaOrThrow(std::string(attention).c_str(), "")
-                            .typed<at::Tensor(const at::Tensor&, double, const at::Tensor&, const at::Tensor&,
-                                              const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
-    at::Tensor out = attend.call(q.transpose(0, 1), scaling, keys.narrow(1, 0, end), values.narrow(1, 0, end), prefix,
-                                 offsets, extra)
+    at::Tensor out = attention_op(attention)
+                         .call(q.transpose(0, 1), scaling, keys.narrow(1, 0, end), values.narrow(1, 0, end), prefix,
+                               offsets, extra)
                          .reshape({rows, nq});  // [T, heads * d]
     at::Tensor o_out = w4a8(out, o, group);
     adapt(o_out, out, adapters[3], adapters[4], adapters[5], n_adapted);
