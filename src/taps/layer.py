@@ -17,7 +17,10 @@ tokens; both models' layers fused against neither (`fused-layer.jsonl`, METHODS=
 1.169x [1.114-1.245] / 1.247x [1.191-1.310] (verification 56.6 -> 50.9 and 62.2 -> 51.9 ms a round), every
 method its own plain decoding's tokens in each way. Then the adapters' loops reading each row of A and B once for
 all mask rows, not once a row (the same bits): a draft of 1 + 3 / 4 + 5 / 5 + 7 rows 0.90x / 0.89x / 0.87x the time
-(one process, interleaved, 40 drafts each; a scratch A/B on the same host).
+(one process, interleaved, 40 drafts each; a scratch A/B on the same host). Then (session 55) both adapter passes
+on every thread, x A by fixed chunks of inputs and B in blocks of OUT_BLOCK columns held in registers, so out is
+read and written once: the adapters' share of a 4 + 5-row draft (the draft with 5 adapted rows less the same
+rows with none, paired, 55 drafts each, two processes a way) 5.2 / 7.1 ms -> 2.7 / 3.0 ms.
 
 Arithmetic: the walk's operations and rounding points (a bfloat16 row is rounded where transformers rounds it:
 after the norm's scaling, after its weight, after each product, rotation and residual sum), up to the float order
@@ -39,6 +42,8 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from taps import kernels, vnni
+
+OUT_BLOCK = 64  # output columns of an adapter's B a block (kernels/layer.cpp's OUT_BLOCK)
 
 
 @functools.cache
@@ -95,15 +100,19 @@ class FusedLayer:
     @staticmethod
     def _adapter(group) -> tuple[torch.Tensor, ...]:
         """A group's adapters as kernels/layer.cpp's `adapt` reads them: A [in, r], spans [members, 5] and
-        the members' B [r_m, out_m] one after another, flat; three empty tensors for none."""
+        the members' B [r_m, out_m] one after another, flat, each in blocks of OUT_BLOCK columns
+        ([out_m / OUT_BLOCK, r_m, OUT_BLOCK], the last block padded with zeros: a block's rows are one
+        contiguous read); three empty tensors for none."""
         if group.a is None:
             return torch.empty(0), torch.empty(0, dtype=torch.long), torch.empty(0)
         out = group.shared.sizes if group.shared is not None else [group.bases[0].out_features]
         spans, flat, offset = [], [], 0
         for i, cols, b in group.b:
             spans.append([cols.start, cols.stop - cols.start, sum(out[:i]), out[i], offset])
-            flat.append(b.reshape(-1))
-            offset += b.numel()
+            rank, width = b.shape
+            padded = torch.nn.functional.pad(b, (0, -width % OUT_BLOCK))  # [r, blocks * OUT_BLOCK]
+            flat.append(padded.reshape(rank, -1, OUT_BLOCK).transpose(0, 1).reshape(-1))
+            offset += padded.numel()
         return group.a.contiguous(), torch.tensor(spans), torch.cat(flat)
 
     def __call__(self, x: torch.Tensor, n_adapted: int, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,

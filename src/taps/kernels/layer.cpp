@@ -10,6 +10,7 @@
 // offsets, extra: taps.rowwise) name. Activated adapters (a grown drafter's masks, float32 rows only) add
 // x[-n:] A B to the last n rows of a product (`adapt`).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -93,38 +94,68 @@ void rotate(const at::Tensor& rows, int64_t heads, int64_t d, const at::Tensor& 
 
 // out's last n rows += x's last n rows A B (an activated adapter): A [in, r] float32 (empty: none); member m of a
 // shared product reads columns spans[m][0] .. + spans[m][1] of x A and adds their product with its B [r_m, out_m]
-// (row-major at b + spans[m][4]) to out's columns spans[m][2] .. + spans[m][3]. Loops, not ATen's products: at
-// 1-8 rows and rank 16 a product's call cost more than its arithmetic (taps.layer); each row of A and of a B is
-// read once for all n rows.
+// to out's columns spans[m][2] .. + spans[m][3]; B is stored from b + spans[m][4] in blocks of OUT_BLOCK columns,
+// [out_m / OUT_BLOCK, r_m, OUT_BLOCK], the last padded with zeros (taps.layer.FusedLayer._adapter). Loops, not
+// ATen's products: at 1-8 rows and rank 16 a product's call cost more than its arithmetic (taps.layer). Both
+// passes run on every thread and read A and B once for all n rows: x A by chunks of IN_CHUNK inputs, the chunks'
+// sums added in chunk order (the same bits whatever the number of threads); then each block of each row takes
+// its r terms in rank order, held in registers, so out is read and written once.
+constexpr int64_t IN_CHUNK = 128;
+constexpr int64_t OUT_BLOCK = 64;  // 4 zmm of float32
+
 void adapt(at::Tensor& out, const at::Tensor& x, const at::Tensor& a, const at::Tensor& spans, const at::Tensor& b,
            int64_t n) {
   if (n == 0 || a.numel() == 0) return;
   const int64_t first = x.size(0) - n, in = x.size(1), R = a.size(1), N = out.size(1);
   const float* A = a.data_ptr<float>();
   const float* X = x.data_ptr<float>() + first * in;
-  std::vector<float> xa(n * R, 0.0f);  // [n, R]
-  for (int64_t i = 0; i < in; ++i) {
-    const float* Ai = A + i * R;
-    for (int64_t t = 0; t < n; ++t) {
-      const float xi = X[t * in + i];
-      float* row = xa.data() + t * R;
-      for (int64_t r = 0; r < R; ++r) row[r] += xi * Ai[r];
+  const int64_t chunks = (in + IN_CHUNK - 1) / IN_CHUNK;
+  std::vector<float> parts(chunks * n * R, 0.0f);  // [chunks, n, R]: each chunk's share of x A
+  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float* part = parts.data() + c * n * R;
+      for (int64_t i = c * IN_CHUNK; i < std::min(in, (c + 1) * IN_CHUNK); ++i) {
+        const float* Ai = A + i * R;
+        for (int64_t t = 0; t < n; ++t) {
+          const float xi = X[t * in + i];
+          float* row = part + t * R;
+          for (int64_t r = 0; r < R; ++r) row[r] += xi * Ai[r];
+        }
+      }
     }
-  }
+  });
+  std::vector<float> xa(parts.begin(), parts.begin() + n * R);  // [n, R]
+  for (int64_t c = 1; c < chunks; ++c)
+    for (int64_t k = 0; k < n * R; ++k) xa[k] += parts[c * n * R + k];
+
   const int64_t* span = spans.data_ptr<int64_t>();
   const float* B = b.data_ptr<float>();
   float* O = out.data_ptr<float>() + first * N;
-  for (int64_t m = 0; m < spans.size(0); ++m) {
-    const int64_t* s = span + 5 * m;
-    for (int64_t r = 0; r < s[1]; ++r) {
-      const float* Br = B + s[4] + r * s[3];
+  std::vector<int64_t> starts{0};  // member m's column blocks are blocks starts[m] .. starts[m + 1] - 1
+  for (int64_t m = 0; m < spans.size(0); ++m) starts.push_back(starts.back() + (span[5 * m + 3] + OUT_BLOCK - 1) / OUT_BLOCK);
+  at::parallel_for(0, starts.back(), 1, [&](int64_t k0, int64_t k1) {
+    int64_t m = 0;
+    for (int64_t k = k0; k < k1; ++k) {
+      while (k >= starts[m + 1]) ++m;
+      const int64_t* s = span + 5 * m;
+      const int64_t j0 = (k - starts[m]) * OUT_BLOCK, width = std::min(OUT_BLOCK, s[3] - j0);
+      const float* Bj = B + s[4] + j0 * s[1];  // [r_m, OUT_BLOCK]
       for (int64_t t = 0; t < n; ++t) {
-        const float c = xa[t * R + s[0] + r];
-        float* o = O + t * N + s[2];
-        for (int64_t j = 0; j < s[3]; ++j) o[j] += c * Br[j];
+        float* o = O + t * N + s[2] + j0;
+        const float* c = xa.data() + t * R + s[0];
+        if (width == OUT_BLOCK) {
+          float acc[OUT_BLOCK];
+          for (int64_t j = 0; j < OUT_BLOCK; ++j) acc[j] = o[j];
+          for (int64_t r = 0; r < s[1]; ++r)
+            for (int64_t j = 0; j < OUT_BLOCK; ++j) acc[j] += c[r] * Bj[r * OUT_BLOCK + j];
+          for (int64_t j = 0; j < OUT_BLOCK; ++j) o[j] = acc[j];
+        } else {
+          for (int64_t r = 0; r < s[1]; ++r)
+            for (int64_t j = 0; j < width; ++j) o[j] += c[r] * Bj[r * OUT_BLOCK + j];
+        }
       }
     }
-  }
+  });
 }
 
 at::Tensor w4a8_layer(const at::Tensor& x, const at::Tensor& input_norm, const at::Tensor& post_norm, double eps,
