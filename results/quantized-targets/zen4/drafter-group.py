@@ -1,13 +1,17 @@
-"""The drafter's int4 groups: the shipped grown drafter in w4a8 with groups of 32 inputs a scale and minimum (`g32`,
+"""The drafter's int4 groups (issue 22): the shipped grown drafter in w4a8 with groups of 32 inputs a scale and minimum (`g32`,
 as --drafter-quant w4a8 packs it) against groups of 128 (`g128`: a quarter of the scales to read and of the
 kernel's per-group epilogue, a coarser copy of the same weights). A drafter only proposes, so its grid changes
 what a round costs and how much it accepts, never the tokens (docs/method.md section 4). One process: the w4a8
 1.5B beside each drafter, T=0, 128 tokens, METHODS per prompt each way in turn (taps.load's online profile one
 copy a way), the first LIMIT HumanEval and MT-Bench (turn 1) prompts. Writes OUT (default drafter-group.jsonl)
-and prints per set and method each way's median tokens/s, tau and draft ms a round, g128's median paired ratio of
-tokens/s to g32 with a 95% bootstrap interval, and whether both ways gave the same tokens.
+and prints per set and method each way's median tokens/s, tau and draft ms a round, each other way's median paired
+ratio of tokens/s to g32 with a 95% bootstrap interval, and whether both gave the same tokens.
 
-    .venv/bin/python results/quantized-targets/zen4/drafter-group.py  # LIMIT=10 METHODS=taps:32
+    .venv/bin/python results/quantized-targets/zen4/drafter-group.py  # LIMIT=10 METHODS=taps:32 WAYS=g32,g128
+
+TARGET=smollm2-135m TARGET_QUANT=none: SmolLM2 in bfloat16 beside its shipped grown drafter (its inputs of 576 take
+groups of 64 at most: WAYS=g32,g64). Session 55's runs: drafter-group.jsonl (LIMIT=10), drafter-group-20.jsonl
+(LIMIT=20 WAYS=g32,g64,g128), drafter-group-smollm2.jsonl (the SmolLM2 line above, LIMIT=20).
 """
 
 import copy
@@ -25,13 +29,17 @@ HERE = Path(__file__).parent
 LIMIT = int(os.environ.get("LIMIT", "10"))
 METHODS = os.environ.get("METHODS", "taps:32").split(",")
 OUT = HERE / os.environ.get("OUT", "drafter-group.jsonl")
-WAYS = ("g32", "g128")
+TARGET = os.environ.get("TARGET", "qwen2.5-coder-1.5b")
+TARGET_QUANT = os.environ.get("TARGET_QUANT", "w4a8")
+# the 1.5B's: this folder's profile; another target's: the one `taps profile` saved for it (None: that one)
+PROFILE = str(HERE / "profile-w4a8-fused-draft-w4a8.json") if TARGET == "qwen2.5-coder-1.5b" else None
+WAYS = tuple(os.environ.get("WAYS", "g32,g128").split(","))  # gN: groups of N inputs; g32 first (the baseline)
 
 kept = {}
 for way in WAYS:
-    weightonly.GROUP_SIZE = int(way[1:])  # read when a product is packed: the target's too, so each way loads both
-    spec = taps.load("qwen2.5-coder-1.5b", method="taps", budget=32, dtype="bfloat16", target_quant="w4a8",
-                     drafter_quant="w4a8", profile=str(HERE / "profile-w4a8-fused-draft-w4a8.json"), reuse_prefix=False)
+    weightonly.GROUP_SIZE = int(way[1:])  # read when a product is packed: each way loads its own target too
+    spec = taps.load(TARGET, method="taps", budget=32, dtype="bfloat16", target_quant=TARGET_QUANT,
+                     drafter_quant="w4a8", profile=PROFILE, reuse_prefix=False)
     kept[way] = (spec.drafter, copy.deepcopy(spec.profile))
     if way == "g32":
         base = spec  # its target (groups of 32) serves every way
@@ -55,9 +63,10 @@ for dataset in ("humaneval", "mt-bench"):
             line.append(f"{way} {statistics.median(r['tokens_per_second'] for r in runs):.2f} tok/s tau "
                         f"{statistics.median(r['tau'] for r in runs):.2f} draft "
                         f"{statistics.median(r['draft_ms'] for r in runs):.1f} ms")
-        ratios = [by[p, method, "g128"]["tokens_per_second"] / by[p, method, "g32"]["tokens_per_second"] for p in prompts]
-        boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-        same = sum(by[p, method, "g128"]["token_ids"] == by[p, method, "g32"]["token_ids"] for p in prompts)
-        line.append(f"g128/g32 {statistics.median(ratios):.3f}x [{boot[50]:.3f}-{boot[1949]:.3f}], same tokens "
-                    f"{same}/{len(prompts)}")
+        for way in WAYS[1:]:
+            ratios = [by[p, method, way]["tokens_per_second"] / by[p, method, "g32"]["tokens_per_second"] for p in prompts]
+            boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+            same = sum(by[p, method, way]["token_ids"] == by[p, method, "g32"]["token_ids"] for p in prompts)
+            line.append(f"{way}/g32 {statistics.median(ratios):.3f}x [{boot[50]:.3f}-{boot[1949]:.3f}], same tokens "
+                        f"{same}/{len(prompts)}")
         print("  ".join(line))
