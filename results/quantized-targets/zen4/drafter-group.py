@@ -1,11 +1,11 @@
-"""The drafter's int4 groups (issue 22): the shipped grown drafter in w4a8 with groups of 32 inputs a scale and minimum (`g32`,
-as --drafter-quant w4a8 packs it) against groups of 128 (`g128`: a quarter of the scales to read and of the
-kernel's per-group epilogue, a coarser copy of the same weights). A drafter only proposes, so its grid changes
-what a round costs and how much it accepts, never the tokens (docs/method.md section 4). One process: the w4a8
+"""The drafter's int4 groups (issue 22): the shipped grown drafter in w4a8 with groups of 32 inputs a scale and
+minimum (`g32`, as --drafter-quant w4a8 packs it) against groups of 128 (`g128`: a quarter of the scales to read
+and of the kernel's per-group epilogue, a coarser copy of the same weights). A drafter only proposes, so its grid
+changes what a round costs and how much it accepts, never the tokens (docs/method.md section 4). One process: the w4a8
 1.5B beside each drafter, T=0, 128 tokens, METHODS per prompt each way in turn (taps.load's online profile one
 copy a way), the first LIMIT HumanEval and MT-Bench (turn 1) prompts. Writes OUT (default drafter-group.jsonl)
-and prints per set and method each way's median tokens/s, tau and draft ms a round, each other way's median paired
-ratio of tokens/s to g32 with a 95% bootstrap interval, and whether both gave the same tokens.
+and prints per set and method each way's median tokens/s, tau and stage ms a round, each other way's median paired
+ratio of tokens/s to g32 with a 95% bootstrap interval, and how many prompts gave g32's tokens (ways.summarize).
 
     .venv/bin/python results/quantized-targets/zen4/drafter-group.py  # LIMIT=10 METHODS=taps:32 WAYS=g32,g128
 
@@ -16,8 +16,6 @@ groups of 64 at most: WAYS=g32,g64). Session 55's runs: drafter-group.jsonl (LIM
 
 import copy
 import os
-import random
-import statistics
 from pathlib import Path
 
 import ways
@@ -52,21 +50,4 @@ def setup(way: str) -> None:
 
 records = ways.interleave(base, OUT, LIMIT, METHODS, WAYS, setup)
 
-rng = random.Random(0)
-for dataset in ("humaneval", "mt-bench"):
-    by = {(r["prompt"], r["method"], r["way"]): r for r in records if r["dataset"] == dataset}
-    prompts = sorted({p for p, _, _ in by})
-    for method in METHODS:
-        line = [f"{dataset:9s} {method:9s}"]
-        for way in WAYS:
-            runs = [by[p, method, way] for p in prompts]
-            line.append(f"{way} {statistics.median(r['tokens_per_second'] for r in runs):.2f} tok/s tau "
-                        f"{statistics.median(r['tau'] for r in runs):.2f} draft "
-                        f"{statistics.median(r['draft_ms'] for r in runs):.1f} ms")
-        for way in WAYS[1:]:
-            ratios = [by[p, method, way]["tokens_per_second"] / by[p, method, "g32"]["tokens_per_second"] for p in prompts]
-            boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-            same = sum(by[p, method, way]["token_ids"] == by[p, method, "g32"]["token_ids"] for p in prompts)
-            line.append(f"{way}/g32 {statistics.median(ratios):.3f}x [{boot[50]:.3f}-{boot[1949]:.3f}], same tokens "
-                        f"{same}/{len(prompts)}")
-        print("  ".join(line))
+ways.summarize(records, METHODS, WAYS, "g32")

@@ -15,8 +15,6 @@ before the target's layers could fuse) and fused-layer.jsonl (LIMIT=10 METHODS=a
 """
 
 import os
-import random
-import statistics
 from pathlib import Path
 
 import ways
@@ -42,24 +40,10 @@ def setup(way: str) -> None:
 
 records = ways.interleave(spec, OUT, LIMIT, METHODS, WAYS, setup)
 
-rng = random.Random(0)
+ways.summarize(records, METHODS, WAYS, "walk" if "walk" in WAYS else WAYS[-1])
 for dataset in ("humaneval", "mt-bench"):
     by = {(r["prompt"], r["method"], r["way"]): r for r in records if r["dataset"] == dataset}
     prompts = sorted({p for p, _, _ in by})
-    for spec_method in METHODS:
-        line = [f"{dataset:9s} {spec_method:9s}"]
-        for way in WAYS:
-            runs = [by[p, spec_method, way] for p in prompts]
-            line.append(f"{way} {statistics.median(r['tokens_per_second'] for r in runs):.2f} tok/s tau "
-                        f"{statistics.median(r['tau'] for r in runs):.2f} draft "
-                        f"{statistics.median(r['draft_ms'] for r in runs):.1f} verify "
-                        f"{statistics.median(r['verify_ms'] for r in runs):.1f} ms")
-        for way in [w for w in WAYS if w != "walk" and "walk" in WAYS]:
-            ratios = [by[p, spec_method, way]["tokens_per_second"] / by[p, spec_method, "walk"]["tokens_per_second"]
-                      for p in prompts]
-            boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-            line.append(f"{way}/walk {statistics.median(ratios):.3f} [{boot[50]:.3f}-{boot[1949]:.3f}]")
-        print("  ".join(line))
     for way in WAYS:
         if "ar" in METHODS:
             same = all(by[p, m, way]["token_ids"] == by[p, "ar", way]["token_ids"] for p in prompts for m in METHODS)

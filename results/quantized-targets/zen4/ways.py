@@ -2,6 +2,8 @@
 method on each prompt once a way, the ways in turn (the order reversed every other time), one JSONL record a run."""
 
 import json
+import random
+import statistics
 
 from taps.costmodel import cpu_name
 from taps.datasets import load_prompts
@@ -35,3 +37,29 @@ def interleave(spec, out_path, limit: int, methods: list[str], ways: tuple[str, 
                         out.flush()
                     n += 1
     return records
+
+
+def summarize(records: list[dict], methods: list[str], ways: tuple[str, ...], baseline: str) -> None:
+    """Print per set and method each way's median tokens/s, tau and draft and verification ms a round, and each
+    other way's median paired ratio of tokens/s to `baseline` (95% bootstrap interval) and how many prompts gave
+    the baseline's tokens."""
+    rng = random.Random(0)
+    for dataset in ("humaneval", "mt-bench"):
+        by = {(r["prompt"], r["method"], r["way"]): r for r in records if r["dataset"] == dataset}
+        prompts = sorted({p for p, _, _ in by})
+        for method in methods:
+            line = [f"{dataset:9s} {method:9s}"]
+            for way in ways:
+                runs = [by[p, method, way] for p in prompts]
+                line.append(f"{way} {statistics.median(r['tokens_per_second'] for r in runs):.2f} tok/s tau "
+                            f"{statistics.median(r['tau'] for r in runs):.2f} draft "
+                            f"{statistics.median(r['draft_ms'] for r in runs):.1f} verify "
+                            f"{statistics.median(r['verify_ms'] for r in runs):.1f} ms")
+            for way in [w for w in ways if w != baseline]:
+                pairs = [(by[p, method, way], by[p, method, baseline]) for p in prompts]
+                ratios = [a["tokens_per_second"] / b["tokens_per_second"] for a, b in pairs]
+                boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+                same = sum(a["token_ids"] == b["token_ids"] for a, b in pairs)
+                line.append(f"{way}/{baseline} {statistics.median(ratios):.3f} [{boot[50]:.3f}-{boot[1949]:.3f}], "
+                            f"same tokens {same}/{len(prompts)}")
+            print("  ".join(line))
