@@ -132,7 +132,8 @@ void adapt(at::Tensor& out, const at::Tensor& x, const at::Tensor& a, const at::
   const float* B = b.data_ptr<float>();
   float* O = out.data_ptr<float>() + first * N;
   std::vector<int64_t> starts{0};  // member m's column blocks are blocks starts[m] .. starts[m + 1] - 1
-  for (int64_t m = 0; m < spans.size(0); ++m) starts.push_back(starts.back() + (span[5 * m + 3] + OUT_BLOCK - 1) / OUT_BLOCK);
+  for (int64_t m = 0; m < spans.size(0); ++m)
+    starts.push_back(starts.back() + (span[5 * m + 3] + OUT_BLOCK - 1) / OUT_BLOCK);
   at::parallel_for(0, starts.back(), 1, [&](int64_t k0, int64_t k1) {
     int64_t m = 0;
     for (int64_t k = k0; k < k1; ++k) {
