@@ -15,12 +15,11 @@ and 29.2 -> 24.0 (MT-Bench), taps:32 1.074x [1.013-1.131] / 1.053x [0.956-1.106]
 tokens; both models' layers fused against neither (`fused-layer.jsonl`, METHODS=ar,taps:32): plain decoding
 1.225x [1.116-1.399] / 1.167x [1.071-1.422] the tokens/s (a token 38.8 -> 31.1 and 49.4 -> 39.5 ms), taps:32
 1.169x [1.114-1.245] / 1.247x [1.191-1.310] (verification 56.6 -> 50.9 and 62.2 -> 51.9 ms a round), every
-method its own plain decoding's tokens in each way. Then the adapters' loops reading each row of A and B once for
-all mask rows, not once a row (the same bits): a draft of 1 + 3 / 4 + 5 / 5 + 7 rows 0.90x / 0.89x / 0.87x the time
-(one process, interleaved, 40 drafts each; a scratch A/B on the same host). Then (session 55) both adapter passes
-on every thread, x A by fixed chunks of inputs and B in blocks of OUT_BLOCK columns held in registers, so out is
-read and written once: the adapters' share of a 4 + 5-row draft (the draft with 5 adapted rows less the same
-rows with none, paired, 55 drafts each, two processes a way) 5.2 / 7.1 ms -> 2.7 / 3.0 ms.
+method its own plain decoding's tokens in each way. The adapters' loops (kernels/layer.cpp `adapt`) read A and B
+once for all mask rows, not once a row (a draft of 1 + 3 / 4 + 5 / 5 + 7 rows 0.90x / 0.89x / 0.87x the time; one
+process, interleaved, 40 drafts each, a scratch A/B), and run on every thread with out read and written once, B
+kept in blocks of OUT_BLOCK columns (the adapters' share of a 4 + 5-row draft, paired, 55 drafts each, two
+processes a way: 5.2 / 7.1 ms -> 2.7 / 3.0 ms; session 55).
 
 Arithmetic: the walk's operations and rounding points (a bfloat16 row is rounded where transformers rounds it:
 after the norm's scaling, after its weight, after each product, rotation and residual sum), up to the float order

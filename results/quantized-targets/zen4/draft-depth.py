@@ -2,17 +2,15 @@
 plus two (`shallow2`), against every draft of all L positions (`full`, as before session 53). One process: the
 w4a8 1.5B beside its shipped drafter (w4a8), T=0, 128 tokens, per prompt METHODS each way in turn (the order
 reversed every other prompt), the first LIMIT HumanEval and MT-Bench (turn 1) prompts. Writes draft-depth.jsonl
-(one line per run) and prints, per set and method, median tokens/s, tau and draft-stage ms a round each way,
-and each shallow way's median paired ratio of tokens/s to `full` with a 95% bootstrap interval and whether
-every output was the same. Session 53's runs: draft-depth.jsonl (LIMIT=10 METHODS=taps:32
+(one line per run) and prints, per set and method, median tokens/s, tau and stage ms a round each way, and each
+shallow way's median paired ratio of tokens/s to `full` with a 95% bootstrap interval and how many prompts gave
+`full`'s tokens (ways.summarize). Session 53's runs: draft-depth.jsonl (LIMIT=10 METHODS=taps:32
 WAYS=shallow,shallow2,full) and draft-depth-two-ways.jsonl (LIMIT=10 METHODS=taps:32).
 
     .venv/bin/python results/quantized-targets/zen4/draft-depth.py  # LIMIT=5 METHODS=taps:32,ddtree:8 WAYS=shallow,full
 """
 
 import os
-import random
-import statistics
 from pathlib import Path
 
 import ways
@@ -37,21 +35,5 @@ def setup(way: str) -> None:
 
 records = ways.interleave(spec, HERE / "draft-depth.jsonl", LIMIT, METHODS, WAYS, setup)
 
-rng = random.Random(0)
-for dataset in ("humaneval", "mt-bench"):
-    for spec_method in METHODS:
-        by = {(r["prompt"], r["way"]): r for r in records if r["dataset"] == dataset and r["method"] == spec_method}
-        prompts = sorted({p for p, _ in by})
-        line = [f"{dataset:9s} {spec_method:9s}"]
-        for way in WAYS:
-            runs = [by[p, way] for p in prompts]
-            line.append(f"{way} {statistics.median(r['tokens_per_second'] for r in runs):.2f} tok/s tau "
-                        f"{statistics.median(r['tau'] for r in runs):.2f} draft "
-                        f"{statistics.median(r['draft_ms'] for r in runs):.1f} ms")
-        for way in [w for w in WAYS if w != "full"]:
-            ratios = [by[p, way]["tokens_per_second"] / by[p, "full"]["tokens_per_second"] for p in prompts]
-            boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
-            same = all(by[p, way]["token_ids"] == by[p, "full"]["token_ids"] for p in prompts)
-            line.append(f"{way}/full {statistics.median(ratios):.3f} [{boot[50]:.3f}-{boot[1949]:.3f}] same {same}")
-        print("  ".join(line))
+ways.summarize(records, METHODS, WAYS, "full")
 print(records[0]["cpu"])
