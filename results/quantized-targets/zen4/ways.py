@@ -12,7 +12,8 @@ from taps.datasets import load_prompts
 def interleave(spec, out_path, limit: int, methods: list[str], ways: tuple[str, ...], setup) -> list[dict]:
     """Run `spec` (taps.load's) on every prompt, method (NAME or NAME:BUDGET) and way, `setup(way)` before each run
     (and before a warm-up of each way first), T=0, 128 tokens; write and return the records: set, prompt, method,
-    way, tokens/s, tau, the draft and verification stages' ms a round, the mean tree, the tokens and the CPU."""
+    way, tokens/s, tau, the draft, selection and verification stages' ms a round, the mean tree, the tokens and
+    the CPU."""
     cpu, records, n = cpu_name(), [], 0
     for way in ways:
         setup(way)
@@ -30,6 +31,7 @@ def interleave(spec, out_path, limit: int, methods: list[str], ways: tuple[str, 
                         record = {"dataset": dataset, "prompt": prompt.id, "method": spec_method, "way": way,
                                   "tokens_per_second": stats.tokens_per_second, "tau": stats.tau,
                                   "draft_ms": 1e3 * stats.stage_seconds["draft"] / rounds,
+                                  "select_ms": 1e3 * stats.stage_seconds["select"] / rounds,
                                   "verify_ms": 1e3 * stats.stage_seconds["verify"] / rounds,
                                   "mean_tree": stats.mean_tree_size, "token_ids": result.token_ids, "cpu": cpu}
                         records.append(record)
@@ -40,9 +42,9 @@ def interleave(spec, out_path, limit: int, methods: list[str], ways: tuple[str, 
 
 
 def summarize(records: list[dict], methods: list[str], ways: tuple[str, ...], baseline: str) -> None:
-    """Print per set and method each way's median tokens/s, tau and draft and verification ms a round, and each
-    other way's median paired ratio of tokens/s to `baseline` (95% bootstrap interval) and how many prompts gave
-    the baseline's tokens."""
+    """Print per set and method each way's median tokens/s, tau and stages' ms a round (draft, selection where
+    recorded, verification), and each other way's median paired ratio of tokens/s to `baseline` (95% bootstrap
+    interval) and how many prompts gave the baseline's tokens."""
     rng = random.Random(0)
     for dataset in ("humaneval", "mt-bench"):
         by = {(r["prompt"], r["method"], r["way"]): r for r in records if r["dataset"] == dataset}
@@ -51,10 +53,11 @@ def summarize(records: list[dict], methods: list[str], ways: tuple[str, ...], ba
             line = [f"{dataset:9s} {method:9s}"]
             for way in ways:
                 runs = [by[p, method, way] for p in prompts]
+                stages = [stage for stage in ("draft", "select", "verify") if all(f"{stage}_ms" in r for r in runs)]
                 line.append(f"{way} {statistics.median(r['tokens_per_second'] for r in runs):.2f} tok/s tau "
-                            f"{statistics.median(r['tau'] for r in runs):.2f} draft "
-                            f"{statistics.median(r['draft_ms'] for r in runs):.1f} verify "
-                            f"{statistics.median(r['verify_ms'] for r in runs):.1f} ms")
+                            f"{statistics.median(r['tau'] for r in runs):.2f} "
+                            + " ".join(f"{stage} {statistics.median(r[f'{stage}_ms'] for r in runs):.1f}"
+                                       for stage in stages) + " ms")
             for way in [w for w in ways if w != baseline]:
                 pairs = [(by[p, method, way], by[p, method, baseline]) for p in prompts]
                 ratios = [a["tokens_per_second"] / b["tokens_per_second"] for a, b in pairs]
