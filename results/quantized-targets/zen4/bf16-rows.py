@@ -1,0 +1,54 @@
+"""A bfloat16 target's forward by rows through oneDNN's packed linear (taps.linear.PackedOneDNNLinear, the default
+for bfloat16): the 1.5B unquantized, 256 tokens of context, trees of 0, 1 and 3 drafted nodes (1, 2 and 4 rows),
+as it runs (`plain`) and with every product of fewer than 4 rows padded with zero rows to 4 and cut back
+(`padded`, a monkeypatch here, not in taps). Each way twice in turn, 5 timed forwards a size after one untimed;
+prints the medians in ms by (way, rows). Session 56 on the 2-core Zen 4 EPYC: plain 136.9 / 147.9 / 118.5, padded
+126.7 / 121.0 / 116.2 (1 / 2 / 4 rows): one or two rows cost more than four on this kernel here.
+
+    .venv/bin/python results/quantized-targets/zen4/bf16-rows.py
+"""
+
+import statistics
+import time
+
+import torch
+
+import taps
+from taps import linear
+from taps.costmodel import random_tree
+
+plain = linear.PackedOneDNNLinear.forward
+
+
+def padded(self, x: torch.Tensor) -> torch.Tensor:
+    rows = x.numel() // x.shape[-1]
+    if x.dtype != torch.bfloat16 or rows >= 4:
+        return plain(self, x)
+    flat = x.reshape(rows, x.shape[-1])  # [rows, in]
+    out = plain(self, torch.cat([flat, flat.new_zeros(4 - rows, flat.shape[1])]))[:rows]  # [rows, out]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+spec = taps.load("qwen2.5-coder-1.5b", dtype="bfloat16", method="ar")
+target = spec.target
+gen = torch.Generator().manual_seed(0)
+ids = torch.randint(target.vocab_size, (257,), generator=gen).tolist()
+target.prefill(ids[:-1])
+trees = {n: random_tree(n, ids[-1], target.vocab_size, gen) for n in (0, 1, 3)}
+
+
+def once(tree) -> float:
+    start = time.perf_counter()
+    target.forward_tree(tree)
+    seconds = time.perf_counter() - start
+    target.commit([], tree.n_nodes)  # the context stays as it was
+    return seconds
+
+
+times = {}
+for way, forward in (("plain", plain), ("padded", padded)) * 2:
+    linear.PackedOneDNNLinear.forward = forward
+    for n, tree in trees.items():
+        once(tree)
+        times.setdefault((way, n + 1), []).extend(once(tree) for _ in range(5))
+print({key: round(1e3 * statistics.median(v), 1) for key, v in times.items()})
