@@ -116,3 +116,30 @@ def test_the_default_dtype_is_bfloat16_only_where_it_runs_natively(monkeypatch):
         assert default_dtype("cuda") == "bfloat16"  # accelerators have bfloat16 kernels
         assert BenchConfig().dtype == dtype  # resolved on creation: records name the dtype that ran
         assert BenchConfig(dtype="bfloat16").dtype == "bfloat16"
+
+
+@needs_onednn
+@pytest.mark.skipif(not bf16_native(), reason="bfloat16 runs oneDNN only where the CPU has native bf16 kernels")
+def test_a_few_bfloat16_rows_on_a_large_weight_run_as_padded_rows(monkeypatch):
+    """Fewer than PAD_ROWS bfloat16 rows on a weight of PAD_MIN_WEIGHTS or more run as PAD_ROWS rows: each row's
+    result is that row's in any batch (oneDNN's rows are independent), so it equals the same row beside other
+    rows; a weight under the size runs its rows as they come."""
+    import taps.linear
+
+    monkeypatch.setattr(taps.linear, "PAD_MIN_WEIGHTS", 64 * 96)
+    layer = use_linear(torch.nn.Linear(64, 96), "onednn-packed").to(torch.bfloat16)
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda x, *a: calls.append(x.shape[0]) or real(x, *a))
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        batch = layer(x)  # [4, 96]
+        for rows in (1, 2, 3):
+            got = layer(x[:rows])
+            assert got.shape == (rows, 96) and torch.equal(got, batch[:rows])
+        assert calls == [4, 4, 4, 4]
+        assert layer(x[None, :2]).shape == (1, 2, 96)  # leading dimensions kept
+        monkeypatch.setattr(taps.linear, "PAD_MIN_WEIGHTS", 64 * 96 + 1)
+        calls.clear()
+        layer(x[:1])
+        assert calls == [1]

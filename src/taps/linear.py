@@ -31,6 +31,8 @@ a 2-core AMD EPYC with avx512_bf16 (float32 plain decoding: ~290 ms a token), me
     onednn               232   249   321   424   760
     onednn-packed        145   152   209   354   633
 
+(Since session 56, a packed weight of 2M or more runs calls of one to three bfloat16 rows as four: on a Zen 4 EPYC
+one or two rows took longer than four there; `PackedOneDNNLinear` has the numbers.)
 Without native kernels oneDNN would emulate bfloat16, so there bfloat16 runs PyTorch's own kernel.
 The switch is made once per loaded model (`use_linear`) and applies to inference only: with
 autograd recording, or for tensors in other dtypes or not on the CPU, a layer runs PyTorch's own
@@ -61,6 +63,10 @@ PACK_HINT = 16  # the row count oneDNN tunes the packed layout for; 4-64 measure
 # Packing pays for 2..PACK_MAX_ROWS rows; at 200 rows plain and packed cost the same, so a long
 # prefill does not make (and keep) a packed copy, e.g. of an assistant that otherwise runs one row.
 PACK_MAX_ROWS = 64
+# bfloat16 calls of fewer than PAD_ROWS rows on a packed weight of at least PAD_MIN_WEIGHTS run as PAD_ROWS rows, the
+# rest zeros (PackedOneDNNLinear says what was measured)
+PAD_ROWS = 4
+PAD_MIN_WEIGHTS = 2_000_000
 ENV = "TAPS_LINEAR"
 MIN_FREE_BYTES = 2 << 30  # memory a packed copy must leave available (taps.linear docstring)
 
@@ -163,7 +169,17 @@ class PackedOneDNNLinear(OneDNNLinear):
     The copy is made on the first such call, if memory allows (`_room_for`), and made again
     whenever the weight's version changed since (an optimizer step or `load_state_dict` bumps
     it). Writes through `.data` do not bump it and leave the copy stale: for weights that stay
-    fixed once inference starts."""
+    fixed once inference starts.
+
+    A bfloat16 call of fewer than PAD_ROWS rows on a weight of PAD_MIN_WEIGHTS or more runs as PAD_ROWS rows, zeros
+    after its own, and keeps its rows of the result: oneDNN's packed kernel took longer for one or two rows than for
+    four there. Measured on a 2-core AMD EPYC Zen 4 (avx512_bf16, session 56: results/quantized-targets/zen4,
+    bf16-rows.py and the README's per-shape timings), one packed product, ms a call for 1 row / padded to 4 / 4 rows:
+    151936 x 1536 (the 1.5B's head) 17.15 / 15.61 / 15.30, 1536 x 8960 1.146 / 1.034 / 0.964, 8960 x 1536 1.239 /
+    1.204 / 1.116, 1536 x 1536 0.277 / 0.270 / 0.253; smaller weights lose to the padding's copy (256 x 1536 0.079 /
+    0.089, SmolLM2's 576 x 576 0.101 / 0.124), SmolLM2's head (49152 x 576) is level (2.96 / 3.04). A row's result
+    does not depend on the rows beside it (oneDNN's rows are independent products), so padding changes which
+    kernel runs, not what a row of a batch of four computes."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
@@ -181,6 +197,11 @@ class PackedOneDNNLinear(OneDNNLinear):
             self._packed_key = key
         if self._packed is None:
             return super().forward(x)
+        if x.dtype == torch.bfloat16 and rows < PAD_ROWS and self.weight.numel() >= PAD_MIN_WEIGHTS:
+            flat = x.reshape(rows, x.shape[-1])  # [rows, in]
+            padded = torch.cat([flat, flat.new_zeros(PAD_ROWS - rows, flat.shape[1])])  # [PAD_ROWS, in]
+            out = torch.ops.mkldnn._linear_pointwise(padded, self._packed, self.bias, "none", [None], "")[:rows]
+            return out.reshape(*x.shape[:-1], out.shape[-1])
         return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [None], "")
 
     def __getstate__(self) -> dict:
