@@ -1,11 +1,11 @@
 """A bfloat16 target's forward by rows through oneDNN's packed linear (taps.linear.PackedOneDNNLinear, the default
 for bfloat16): TARGET (default the 1.5B) unquantized, 256 tokens of context, trees of 0, 1 and 3 drafted nodes
 (1, 2 and 4 rows), unpadded (`plain`) and with every product of fewer than 4 rows padded with zero rows to 4 and cut
-back (`padded`, a monkeypatch; taps' own size-gated padding, which this measurement led to, is off for both). Each
-way twice in turn, 5 timed forwards a size after one untimed; prints the medians in ms by (way, rows). Session 56
-on the 2-core Zen 4 EPYC: plain 136.9 / 147.9 / 118.5, padded 126.7 / 121.0 / 116.2 (1 / 2 / 4 rows): one or two
-rows cost more than four on this kernel here. TARGET=smollm2-135m
-(its products 9x smaller): plain 41.8 / 42.6 / 44.1, padded 46.0 / 40.8 / 41.0: one row padded costs more there.
+back (`padded`: taps.linear's padding with PAD_MIN_WEIGHTS at 0, every weight; the size it has by default came from
+this measurement). Each way twice in turn, 5 timed forwards a size after one untimed; prints the medians in ms by
+(way, rows). Session 56 on the 2-core Zen 4 EPYC: plain 136.9 / 147.9 / 118.5, padded 126.7 / 121.0 / 116.2 (1 / 2
+/ 4 rows): one or two rows cost more than four on this kernel here. TARGET=smollm2-135m (its products 9x smaller):
+plain 41.8 / 42.6 / 44.1, padded 46.0 / 40.8 / 41.0: one row padded costs more there.
 
     [TARGET=smollm2-135m] .venv/bin/python results/quantized-targets/zen4/bf16-rows.py
 """
@@ -20,18 +20,7 @@ import taps
 from taps import linear
 from taps.costmodel import random_tree
 
-linear.PAD_MIN_WEIGHTS = 1 << 62  # taps' own padding (since session 56) off: each way here pads or not itself
-plain = linear.PackedOneDNNLinear.forward
-
-
-def padded(self, x: torch.Tensor) -> torch.Tensor:
-    rows = x.numel() // x.shape[-1]
-    if x.dtype != torch.bfloat16 or rows >= 4:
-        return plain(self, x)
-    flat = x.reshape(rows, x.shape[-1])  # [rows, in]
-    out = plain(self, torch.cat([flat, flat.new_zeros(4 - rows, flat.shape[1])]))[:rows]  # [rows, out]
-    return out.reshape(*x.shape[:-1], out.shape[-1])
-
+SMALLEST = {"plain": 1 << 62, "padded": 0}  # the least weight each way pads (taps.linear.PAD_MIN_WEIGHTS)
 
 TARGET = os.environ.get("TARGET", "qwen2.5-coder-1.5b")
 spec = taps.load(TARGET, dtype="bfloat16", method="ar")
@@ -51,8 +40,8 @@ def once(tree) -> float:
 
 
 times = {}
-for way, forward in (("plain", plain), ("padded", padded)) * 2:
-    linear.PackedOneDNNLinear.forward = forward
+for way in tuple(SMALLEST) * 2:
+    linear.PAD_MIN_WEIGHTS = SMALLEST[way]
     for n, tree in trees.items():
         once(tree)
         times.setdefault((way, n + 1), []).extend(once(tree) for _ in range(5))
